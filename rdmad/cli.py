@@ -1,0 +1,159 @@
+"""The `rdmad` command: version, check-config, plan (and, later, the daemon itself).
+
+Exit codes: 0 fine, 1 a runtime failure (kernel unreadable), 2 bad input
+(invalid config, bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rdmad import __version__, config
+from rdmad.kernel.host import observe_host
+from rdmad.model import Action, ObjectState, Observed, PlanState, summarize
+from rdmad.reconcile import declared_objects, plan
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return EXIT_INPUT
+    handler = {"check-config": cmd_check_config, "plan": cmd_plan}[args.command]
+    return handler(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rdmad", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"rdmad {__version__}")
+    sub = p.add_subparsers(dest="command")
+    cc = sub.add_parser("check-config", help="validate the config; print every error")
+    _config_arg(cc)
+    cc.add_argument("--json", action="store_true", help="machine-readable output")
+    pl = sub.add_parser("plan", help="observe the node and print what rdmad would do")
+    _config_arg(pl)
+    pl.add_argument(
+        "--root",
+        default="/",
+        help="observe the sysfs/procfs tree under this directory instead of the host",
+    )
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=config.DEFAULT_DIR,
+        help="config directory (rdmad.toml + rdmad.d/*.toml) or one file "
+        f"(default {config.DEFAULT_DIR})",
+    )
+
+
+def _load(args: argparse.Namespace) -> config.LoadedConfig | None:
+    try:
+        return config.load(args.config)
+    except config.ConfigInvalid as exc:
+        if getattr(args, "json", False):
+            _print_json({"valid": False, "errors": [e.__dict__ for e in exc.errors]})
+        else:
+            print(f"rdmad: {len(exc.errors)} error(s) in the config:", file=sys.stderr)
+            for err in exc.errors:
+                print(f"  {err}", file=sys.stderr)
+        return None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    if loaded is None:
+        return EXIT_INPUT
+    d = loaded.desired
+    if args.json:
+        _print_json({"valid": True, "files": list(loaded.files), "desired": d.model_dump()})
+    else:
+        files = ", ".join(loaded.files) or "no config files (nothing declared)"
+        print(f"config OK: {files}")
+        print(f"  {len(d.sriov)} SR-IOV PF(s), {len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
+    return EXIT_OK
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    if loaded is None:
+        return EXIT_INPUT
+    try:
+        observed = observe_host(Path(args.root))
+    except OSError as exc:
+        print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    actions = plan(loaded.desired, observed, PlanState())
+    statuses = summarize(declared_objects(loaded.desired), actions)
+    if args.json:
+        _print_json(
+            {
+                "root": args.root,
+                "objects": [
+                    {"object": s.obj, "state": s.state.value, "message": s.message}
+                    for s in statuses
+                ],
+                "actions": [action_json(a) for a in actions],
+                "notes": list(observed.notes),
+            }
+        )
+    else:
+        _print_plan(args.root, observed, actions, statuses)
+    return EXIT_OK
+
+
+def action_json(action: Action) -> dict[str, Any]:
+    return {
+        "object": action.obj,
+        "kind": action.kind,
+        "changes_kernel": action.changes_kernel,
+        "what": action.describe(),
+        "reason": action.reason,
+    }
+
+
+def _print_plan(root: str, observed: Observed, actions: list[Action], statuses: list[Any]) -> None:
+    where = "this host" if root == "/" else root
+    print(f"Observed {where}: {len(observed.pfs)} SR-IOV PF(s), "
+          f"{len(observed.rdma_links)} RDMA device(s), {len(observed.netdevs)} netdev(s)")
+    for note in observed.notes:
+        print(f"  note: {note}")
+    print()
+    width = max([len(s.obj) for s in statuses] + [6])
+    print(f"{'OBJECT':<{width}}  STATE")
+    for s in statuses:
+        msg = "" if s.state is ObjectState.CONVERGED else f"  ({s.message})"
+        print(f"{s.obj:<{width}}  {s.state.value}{msg}")
+    print()
+    todo = [a for a in actions if a.changes_kernel]
+    if not actions:
+        print("Nothing to do: the node matches its declaration.")
+        return
+    print(f"Plan: {len(todo)} change(s), in order")
+    n = 0
+    for a in actions:
+        if a.changes_kernel:
+            n += 1
+            print(f"{n:>2}. [{a.obj}] {a.describe()}")
+            print(f"      because: {a.reason}")
+        else:
+            print(f"  - [{a.obj}] {a.describe()}")
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Build an ``Observed`` snapshot from sysfs, optionally enriched by netlink.
+
+sysfs alone gives the topology (PFs, VFs, drivers, netdevs, RDMA devices,
+modules). VF settings live only in rtnetlink (IFLA_VFINFO_LIST), so the caller
+passes what ``RtNetlink.links()`` reported (``LinkInfo`` by netdev name); without
+it VF settings are reported as unknown, never guessed. RDMA links come from
+``RdmaNetlink.links()`` when given, else from sysfs.
+
+``Observed.rdma_netlink`` is False only when the kernel is known to have no RDMA
+netlink, i.e. no rxe link can ever be created on it (the planner then blocks
+rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from rdmad.kernel.modules import Modules
+from rdmad.kernel.netlink import LinkInfo
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.usage import OpenFiles, libvirt_hostdevs, rdma_device_usage, vf_usage
+from rdmad.model import (
+    FREE,
+    IbVfSettings,
+    ModulesObserved,
+    NetdevObserved,
+    Observed,
+    PfObserved,
+    RdmaLinkObserved,
+    VfObserved,
+)
+
+
+def observe(
+    sysfs: Sysfs,
+    links: Mapping[str, LinkInfo] | None = None,
+    rdma: Sequence[RdmaLinkObserved] | None = None,
+    *,
+    rdma_netlink: bool = True,
+    no_netlink_reason: str = "netlink was not read",
+) -> Observed:
+    """One snapshot. ``links`` None means rtnetlink was not consulted.
+
+    ``rdma`` is what RDMA netlink listed (driver None where it could not tell:
+    sysfs fills it in); None means RDMA devices are read from sysfs.
+    """
+    notes: list[str] = []
+    netdevs = _netdevs(sysfs, links)
+    has_devices = bool(sysfs.sriov_pfs() or sysfs.ib_devices())
+    # Walking /proc is the costliest read; skip it when nothing could be held.
+    files = OpenFiles.scan(sysfs) if has_devices else OpenFiles()
+    libvirt = libvirt_hostdevs(sysfs) if has_devices else {}
+    if files.unreadable:
+        notes.append(f"open files of {len(files.unreadable)} processes could not be read")
+    pfs = tuple(
+        _pf(
+            sysfs,
+            pci,
+            links=links,
+            files=files,
+            libvirt=libvirt,
+            no_netlink_reason=no_netlink_reason,
+        )
+        for pci in sysfs.sriov_pfs()
+    )
+    if rdma is None:
+        rdma_links = _rdma_from_sysfs(sysfs, files)
+    else:
+        rdma_links = tuple(
+            replace(
+                r,
+                driver=r.driver or sysfs.ib_driver(r.name),
+                usage=rdma_device_usage(sysfs, files, r.name) if has_devices else FREE,
+            )
+            for r in rdma
+        )
+    mods = Modules(sysfs)
+    why_no_modules = mods.loading_disabled_reason()
+    if why_no_modules is not None:
+        notes.append(why_no_modules)
+    modules = ModulesObserved(mods.loaded(), why_no_modules is not None)
+    return Observed(
+        netdevs=netdevs,
+        pfs=pfs,
+        rdma_links=rdma_links,
+        modules=modules,
+        rdma_netlink=rdma_netlink,
+        notes=tuple(notes),
+    )
+
+
+def _netdevs(sysfs: Sysfs, links: Mapping[str, LinkInfo] | None) -> tuple[NetdevObserved, ...]:
+    out = []
+    for name in sysfs.netdevs():
+        facts = links.get(name) if links is not None else None
+        if facts is not None:
+            out.append(
+                NetdevObserved(
+                    name=name,
+                    ifindex=facts.ifindex,
+                    mac=facts.mac,
+                    perm_mac=facts.perm_mac,
+                    pci=sysfs.netdev_pci(name),
+                    up=facts.up,
+                )
+            )
+            continue
+        flags = sysfs.read_int(f"sys/class/net/{name}/flags") or 0
+        out.append(
+            NetdevObserved(
+                name=name,
+                ifindex=sysfs.read_int(f"sys/class/net/{name}/ifindex") or 0,
+                mac=sysfs.netdev_attr(name, "address"),
+                perm_mac=None,
+                pci=sysfs.netdev_pci(name),
+                up=bool(flags & 1),
+            )
+        )
+    return tuple(out)
+
+
+def _pf(
+    sysfs: Sysfs,
+    pci: str,
+    *,
+    links: Mapping[str, LinkInfo] | None,
+    files: OpenFiles,
+    libvirt: dict[str, str],
+    no_netlink_reason: str,
+) -> PfObserved:
+    fn = sysfs.pci_function(pci)
+    assert fn is not None
+    netdev = fn.netdevs[0] if fn.netdevs else None
+    facts = links.get(netdev) if links is not None and netdev is not None else None
+    ib_device = fn.ib_devices[0] if fn.ib_devices else None
+    settings_note = None
+    if links is None:
+        settings_note = no_netlink_reason
+    elif netdev is None:
+        settings_note = "the PF has no netdev"
+    elif facts is not None and not facts.vfs_complete:
+        settings_note = (
+            f"the kernel's VF list for {netdev} is truncated ({len(facts.vfs)} of "
+            f"{facts.num_vf} VFs fit one netlink message)"
+        )
+    vfs = []
+    for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
+        vfn = sysfs.pci_function(vf_pci)
+        settings = facts.vfs.get(index) if facts is not None else None
+        ib = None
+        if ib_device is not None:
+            raw = sysfs.ib_vf(ib_device, index)
+            if raw is not None:
+                ib = IbVfSettings(**raw)
+        vfs.append(
+            VfObserved(
+                index=index,
+                pci=vf_pci,
+                driver=vfn.driver if vfn else None,
+                driver_override=vfn.driver_override if vfn else None,
+                netdev=vfn.netdevs[0] if vfn and vfn.netdevs else None,
+                settings=settings,
+                ib=ib,
+                usage=vf_usage(sysfs, files, libvirt, vf_pci),
+            )
+        )
+    return PfObserved(
+        pci=pci,
+        driver=fn.driver,
+        netdev=netdev,
+        ifindex=facts.ifindex if facts else sysfs.read_int(f"sys/class/net/{netdev}/ifindex"),
+        mac=facts.mac if facts else (sysfs.netdev_attr(netdev, "address") if netdev else None),
+        perm_mac=facts.perm_mac if facts else None,
+        numvfs=fn.numvfs or 0,
+        totalvfs=fn.totalvfs or 0,
+        drivers_autoprobe=fn.drivers_autoprobe,
+        operstate_up=facts.up if facts else None,
+        vfs=tuple(vfs),
+        settings_note=settings_note,
+        ib_device=ib_device,
+    )
+
+
+def _rdma_from_sysfs(sysfs: Sysfs, files: OpenFiles) -> tuple[RdmaLinkObserved, ...]:
+    out = []
+    for dev in sysfs.ib_devices():
+        ndevs = sysfs.ib_port_netdevs(dev)
+        parent = sysfs.ib_attr(dev, "parent")
+        netdev = parent or (ndevs[0] if ndevs else None)
+        out.append(
+            RdmaLinkObserved(
+                name=dev,
+                driver=sysfs.ib_driver(dev),
+                netdev=netdev,
+                netdev_ifindex=sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
+                if netdev
+                else None,
+                usage=rdma_device_usage(sysfs, files, dev),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,277 @@
+"""Every sysfs and procfs read or write, relative to a root directory.
+
+``Sysfs("/")`` is the real host; ``Sysfs(tmpdir)`` is a fake tree built by the
+tests (tests/support/fakesysfs.py) or shipped for the demo. Nothing else in
+rdmad opens a path under /sys or /proc directly.
+
+Reads never raise for a missing file: the kernel removes directories under our
+feet (VFs vanish on a driver unload), so a vanished file reads as None.
+Writes raise ``KernelError`` with the errno the kernel gave.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdmad.kernel.errors import KernelError
+
+PCI_DEVICES = "sys/bus/pci/devices"
+CLASS_NET = "sys/class/net"
+CLASS_IB = "sys/class/infiniband"
+
+
+@dataclass(frozen=True, slots=True)
+class PciFunction:
+    pci: str
+    driver: str | None
+    driver_override: str | None
+    numvfs: int | None  # None: not SR-IOV capable
+    totalvfs: int | None
+    drivers_autoprobe: bool
+    netdevs: tuple[str, ...]
+    ib_devices: tuple[str, ...]
+    iommu_group: str | None
+    physfn: str | None
+
+
+class Sysfs:
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        self.root = Path(root)
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/")
+
+    # --- primitive reads ------------------------------------------------------------
+
+    def read(self, rel: str) -> str | None:
+        try:
+            return self.path(rel).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            # Some attributes refuse reads (EINVAL/EOPNOTSUPP) on some drivers.
+            if exc.errno in (
+                errno_mod.EINVAL,
+                errno_mod.EOPNOTSUPP,
+                errno_mod.EIO,
+                errno_mod.ENODEV,
+                errno_mod.EACCES,
+                errno_mod.EPERM,
+            ):
+                return None
+            raise
+
+    def read_int(self, rel: str) -> int | None:
+        text = self.read(rel)
+        if text is None:
+            return None
+        try:
+            return int(text, 0)
+        except ValueError:
+            return None
+
+    def link_name(self, rel: str) -> str | None:
+        """Basename of a symlink's target (e.g. the driver a device is bound to)."""
+        try:
+            return os.path.basename(os.readlink(self.path(rel)))
+        except OSError:
+            return None
+
+    def listdir(self, rel: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except OSError:
+            return []
+
+    def exists(self, rel: str) -> bool:
+        return os.path.lexists(self.path(rel))
+
+    # --- writes ----------------------------------------------------------------------
+
+    def write(self, rel: str, value: str, *, op: str | None = None) -> None:
+        """Write one value the way `echo value > file` does, raising the kernel's errno.
+
+        Opened without O_CREAT: writing to an attribute that does not exist is
+        an error (ENOENT), never a new file.
+        """
+        target = self.path(rel)
+        try:
+            fd = os.open(target, os.O_WRONLY)
+        except OSError as exc:
+            raise KernelError(op or "write", str(rel), exc.errno, exc.strerror or "") from exc
+        try:
+            # The kernel's answer for a sysfs store comes from write(), so it must
+            # be checked here, not left to a close() nobody looks at.
+            os.write(fd, value.encode())
+        except OSError as exc:
+            raise KernelError(
+                op or f"write {value!r}", str(rel), exc.errno, exc.strerror or ""
+            ) from exc
+        finally:
+            os.close(fd)
+
+    # --- PCI ---------------------------------------------------------------------------
+
+    def pci_addresses(self) -> list[str]:
+        return self.listdir(PCI_DEVICES)
+
+    def pci_function(self, pci: str) -> PciFunction | None:
+        base = f"{PCI_DEVICES}/{pci}"
+        if not self.exists(base):
+            return None
+        override = self.read(f"{base}/driver_override")
+        autoprobe = self.read_int(f"{base}/sriov_drivers_autoprobe")
+        return PciFunction(
+            pci=pci,
+            driver=self.link_name(f"{base}/driver"),
+            driver_override=None if override in (None, "(null)", "") else override,
+            numvfs=self.read_int(f"{base}/sriov_numvfs"),
+            totalvfs=self.read_int(f"{base}/sriov_totalvfs"),
+            drivers_autoprobe=autoprobe != 0,
+            netdevs=tuple(self.listdir(f"{base}/net")),
+            ib_devices=tuple(self.listdir(f"{base}/infiniband")),
+            iommu_group=self.link_name(f"{base}/iommu_group"),
+            physfn=self.link_name(f"{base}/physfn"),
+        )
+
+    def sriov_pfs(self) -> list[str]:
+        """PCI functions that can have VFs."""
+        return [p for p in self.pci_addresses() if self.exists(f"{PCI_DEVICES}/{p}/sriov_totalvfs")]
+
+    def virtfns(self, pci: str) -> dict[int, str]:
+        """VF index -> VF PCI address, from the PF's virtfnN links."""
+        out: dict[int, str] = {}
+        base = f"{PCI_DEVICES}/{pci}"
+        for entry in self.listdir(base):
+            if entry.startswith("virtfn") and entry[6:].isdigit():
+                target = self.link_name(f"{base}/{entry}")
+                if target:
+                    out[int(entry[6:])] = target
+        return out
+
+    def set_numvfs(self, pci: str, count: int) -> None:
+        self.write(f"{PCI_DEVICES}/{pci}/sriov_numvfs", str(count), op=f"set sriov_numvfs {count}")
+
+    def set_driver_override(self, pci: str, driver: str | None) -> None:
+        # An empty line clears the override ("\n" is what the kernel expects).
+        self.write(f"{PCI_DEVICES}/{pci}/driver_override", driver or "\n", op="set driver_override")
+
+    def unbind(self, pci: str) -> None:
+        driver = self.link_name(f"{PCI_DEVICES}/{pci}/driver")
+        if driver is not None:
+            self.write(f"sys/bus/pci/drivers/{driver}/unbind", pci, op=f"unbind from {driver}")
+
+    def drivers_probe(self, pci: str) -> None:
+        self.write("sys/bus/pci/drivers_probe", pci, op="probe drivers")
+
+    # --- network devices ---------------------------------------------------------------
+
+    def netdevs(self) -> list[str]:
+        return self.listdir(CLASS_NET)
+
+    def netdev_attr(self, name: str, attr: str) -> str | None:
+        return self.read(f"{CLASS_NET}/{name}/{attr}")
+
+    def netdev_pci(self, name: str) -> str | None:
+        """The PCI function behind a netdev; None for virtual devices."""
+        if self.link_name(f"{CLASS_NET}/{name}/device/subsystem") not in (None, "pci"):
+            return None
+        target = self.link_name(f"{CLASS_NET}/{name}/device")
+        return target if target and target.count(":") == 2 else None
+
+    # --- InfiniBand ----------------------------------------------------------------------
+
+    def ib_devices(self) -> list[str]:
+        return self.listdir(CLASS_IB)
+
+    def ib_attr(self, dev: str, attr: str) -> str | None:
+        return self.read(f"{CLASS_IB}/{dev}/{attr}")
+
+    def ib_port_netdevs(self, dev: str, port: int = 1) -> list[str]:
+        base = f"{CLASS_IB}/{dev}/ports/{port}/gid_attrs/ndevs"
+        names = {self.read(f"{base}/{n}") for n in self.listdir(base)}
+        return sorted(n for n in names if n)
+
+    def ib_driver(self, dev: str) -> str | None:
+        """Kernel driver of an RDMA device: the PCI driver, or 'rxe' for Soft-RoCE."""
+        driver = self.link_name(f"{CLASS_IB}/{dev}/device/driver")
+        if driver is not None:
+            return driver
+        # rxe has no parent PCI device; it exposes the netdev it sits on as 'parent'.
+        if self.read(f"{CLASS_IB}/{dev}/parent") is not None:
+            return "rxe"
+        return None
+
+    def ib_vf_dir(self, dev: str, vf: int) -> str:
+        return f"{CLASS_IB}/{dev}/device/sriov/{vf}"
+
+    def ib_vf(self, dev: str, vf: int) -> dict[str, str | None] | None:
+        base = self.ib_vf_dir(dev, vf)
+        if not self.exists(base):
+            return None
+        return {
+            "node_guid": self.read(f"{base}/node"),
+            "port_guid": self.read(f"{base}/port"),
+            "policy": self.read(f"{base}/policy"),
+        }
+
+    def set_ib_vf(self, dev: str, vf: int, attr: str, value: str) -> None:
+        file = {"node_guid": "node", "port_guid": "port", "policy": "policy"}[attr]
+        self.write(f"{self.ib_vf_dir(dev, vf)}/{file}", value, op=f"set vf {vf} {attr}")
+
+    # --- modules and kernel switches -------------------------------------------------------
+
+    def loaded_modules(self) -> frozenset[str]:
+        """Modules that are loaded (built-ins have no initstate and are not listed)."""
+        return frozenset(
+            m
+            for m in self.listdir("sys/module")
+            if self.read(f"sys/module/{m}/initstate") == "live"
+        )
+
+    def module_holders(self, module: str) -> list[str]:
+        return self.listdir(f"sys/module/{module}/holders")
+
+    def module_refcnt(self, module: str) -> int | None:
+        return self.read_int(f"sys/module/{module}/refcnt")
+
+    def module_params(self, module: str) -> dict[str, str | None]:
+        base = f"sys/module/{module}/parameters"
+        return {p: self.read(f"{base}/{p}") for p in self.listdir(base)}
+
+    def modules_disabled(self) -> bool:
+        return self.read_int("proc/sys/kernel/modules_disabled") == 1
+
+    def cmdline(self) -> str:
+        return self.read("proc/cmdline") or ""
+
+    def iommu_group_type(self, group: str) -> str | None:
+        return self.read(f"sys/kernel/iommu_groups/{group}/type")
+
+    # --- processes (for usage) -------------------------------------------------------------
+
+    def pids(self) -> Iterator[str]:
+        for entry in self.listdir("proc"):
+            if entry.isdigit():
+                yield entry
+
+    def fd_targets(self, pid: str) -> list[str]:
+        base = self.path(f"proc/{pid}/fd")
+        out = []
+        try:
+            entries = os.listdir(base)
+        except OSError:
+            return []
+        for fd in entries:
+            try:
+                out.append(os.readlink(base / fd))
+            except OSError:
+                continue  # fd closed meanwhile
+        return out
+
+    def comm(self, pid: str) -> str:
+        return self.read(f"proc/{pid}/comm") or "?"

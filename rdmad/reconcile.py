@@ -1,0 +1,356 @@
+"""plan(): the only place policy lives. Pure: no I/O, no clock, no globals.
+
+Given what is declared, what the kernel shows and what rdmad remembers having
+created, return the list of actions that moves the node toward the declaration,
+in the order they must run. Objects that cannot move say why (``Blocked``) or
+what they wait for (``Waiting``).
+
+Rules, each with a test in tests/unit/test_reconcile.py:
+
+* A node that matches its declaration plans nothing (idempotence).
+* Objects that are not declared are never touched; the only exception is an
+  rxe link rdmad itself created (``PlanState.managed_rxe``) that is no longer
+  declared, and only when nothing holds it.
+* A non-zero VF count changes to another value only through 0, and only when
+  no VF is in use; unknown ownership counts as in use.
+* VF settings are planned only when the declared number of VFs exists; after
+  a count change the next pass (after re-observing) plans them.
+* A VF is re-bound (driver change, new IB GUIDs) only when it is free.
+* rxe links are created as soon as their netdev exists: the kernel accepts a
+  netdev that is down and the port turns ACTIVE when it comes up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import fields
+
+from rdmad.model import (
+    Action,
+    AddRxe,
+    BindVfDriver,
+    Blocked,
+    DeleteRxe,
+    Desired,
+    LoadModule,
+    NetdevObserved,
+    NetdevRef,
+    Observed,
+    PfObserved,
+    PlanState,
+    RxeSpec,
+    SetIbVf,
+    SetNumVfs,
+    SetVfSettings,
+    SriovSpec,
+    VfChange,
+    VfObserved,
+    VfSettings,
+    VfSpec,
+    Waiting,
+)
+
+RXE_MODULE = "rdma_rxe"
+
+# VfSpec attributes that travel in rtnetlink IFLA_VFINFO_LIST, in VfSettings order.
+NETLINK_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(VfSettings))
+IB_ATTRS: tuple[str, ...] = ("node_guid", "port_guid", "policy")
+
+
+def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
+    actions: list[Action] = []
+    claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
+    for spec in desired.sriov:
+        actions.extend(_plan_sriov(spec, observed, claimed))
+    actions.extend(_plan_rxe(desired, observed, state))
+    return actions
+
+
+def declared_objects(desired: Desired) -> list[str]:
+    return [s.obj for s in desired.sriov] + [r.obj for r in desired.rxe]
+
+
+# --- SR-IOV ---------------------------------------------------------------------------
+
+
+def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | None:
+    for pf in observed.pfs:
+        if ref.pci is not None and pf.pci == ref.pci:
+            return pf
+        if ref.name is not None and pf.netdev == ref.name:
+            return pf
+        if ref.mac is not None and ref.mac in (pf.perm_mac, pf.mac):
+            return pf
+    return None
+
+
+def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) -> list[Action]:
+    obj = spec.obj
+    pf = find_pf(spec.pf, observed)
+    if pf is None:
+        return [Waiting(obj, f"{spec.pf.describe()} is not present (no SR-IOV capable device)")]
+    if pf.pci in claimed:
+        return [Blocked(obj, f"{pf.pci} is already declared as {claimed[pf.pci]!r}")]
+    claimed[pf.pci] = obj
+    if spec.numvfs > pf.totalvfs:
+        return [
+            Blocked(
+                obj,
+                f"numvfs {spec.numvfs} exceeds sriov_totalvfs {pf.totalvfs} of {pf.pci}",
+            )
+        ]
+    if pf.numvfs != spec.numvfs:
+        return _plan_numvfs(obj, spec, pf)
+
+    actions: list[Action] = []
+    netlink_changes: list[VfChange] = []
+    for vf_spec in spec.vf:
+        vf = pf.vf(vf_spec.index)
+        if vf is None or vf.pci is None:
+            actions.append(Waiting(obj, f"VF {vf_spec.index} of {pf.pci} has not appeared yet"))
+            continue
+        actions.extend(_plan_vf_binding(obj, pf, vf_spec, vf))
+        changes, note = _netlink_changes(obj, pf, vf_spec, vf)
+        if note is not None:
+            actions.append(note)
+        netlink_changes.extend(changes)
+    if netlink_changes:
+        if pf.netdev is None:
+            actions.append(
+                Blocked(obj, f"{pf.pci} has no netdev: VF settings are set through the PF's netdev")
+            )
+        else:
+            what = ", ".join(sorted({f"VF {c.vf}" for c in netlink_changes}))
+            actions.append(
+                SetVfSettings(
+                    obj,
+                    f"restore declared settings of {what}",
+                    pci=pf.pci,
+                    pf_netdev=pf.netdev,
+                    changes=tuple(netlink_changes),
+                )
+            )
+    return actions
+
+
+def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
+    old, new = pf.numvfs, spec.numvfs
+    if old == 0:
+        return [SetNumVfs(obj, f"restore {new} VFs", pci=pf.pci, old=0, new=new)]
+    busy = [v for v in pf.vfs if v.usage.busy]
+    # Any change of a non-zero count destroys every VF (the kernel requires 0 in between).
+    if busy:
+        held = "; ".join(f"VF {v.index} ({v.pci}): {v.usage.describe()}" for v in busy)
+        return [
+            Blocked(
+                obj,
+                f"numvfs {old} -> {new} would destroy VFs in use: {held}",
+            )
+        ]
+    if len(pf.vfs) < old:
+        return [
+            Blocked(
+                obj,
+                f"numvfs {old} -> {new}: only {len(pf.vfs)} of {old} VFs are visible, "
+                "so whether the others are in use is unknown",
+            )
+        ]
+    if new == 0:
+        return [SetNumVfs(obj, f"declared numvfs is 0 (was {old})", pci=pf.pci, old=old, new=0)]
+    return [
+        SetNumVfs(obj, f"numvfs {old} -> {new} must pass through 0", pci=pf.pci, old=old, new=0),
+        SetNumVfs(obj, f"numvfs {old} -> {new}", pci=pf.pci, old=0, new=new),
+    ]
+
+
+def _netlink_changes(
+    obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved
+) -> tuple[list[VfChange], Action | None]:
+    wanted = [(a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None]
+    if not wanted:
+        return [], None
+    if vf.settings is None:
+        why = pf.settings_note or "the kernel did not report them"
+        return [], Waiting(obj, f"settings of VF {vf.index} are unknown: {why}")
+    changes = []
+    for attr, new in wanted:
+        old = getattr(vf.settings, attr)
+        if old != new:
+            changes.append(VfChange(vf.index, attr, old, new))
+    return changes, None
+
+
+def _plan_vf_binding(obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved) -> Iterator[Action]:
+    assert vf.pci is not None
+    rebind_driver = spec.driver is not None and vf.driver != spec.driver
+    ib_changes = _ib_changes(spec, vf)
+    if ib_changes is None:
+        yield Blocked(
+            obj,
+            f"VF {vf.index}: node_guid/port_guid/policy need an InfiniBand PF; "
+            f"{pf.pci} has no IB SR-IOV controls",
+        )
+        ib_changes = []
+    needs_rebind = any(c.attr != "policy" for c in ib_changes) or rebind_driver
+    if needs_rebind and vf.usage.busy:
+        what = "bind to " + str(spec.driver) if rebind_driver else "apply new GUIDs"
+        yield Blocked(
+            obj,
+            f"VF {vf.index} ({vf.pci}) must be re-bound to {what}, "
+            f"but it is in use: {vf.usage.describe()}",
+        )
+        # Policy alone needs no rebind; still apply it.
+        ib_changes = [c for c in ib_changes if c.attr == "policy"]
+        rebind_driver = False
+        needs_rebind = False
+    if ib_changes:
+        yield SetIbVf(
+            obj,
+            f"restore InfiniBand identity of VF {vf.index}",
+            pci=pf.pci,
+            ib_device=pf.ib_device or "",
+            vf=vf.index,
+            vf_pci=vf.pci,
+            changes=tuple(ib_changes),
+            # A driver change re-binds anyway; do it once.
+            rebind=needs_rebind and not rebind_driver,
+        )
+    if rebind_driver and spec.driver is not None:
+        yield BindVfDriver(
+            obj,
+            f"VF {vf.index} is declared with driver {spec.driver}",
+            vf_pci=vf.pci,
+            old=vf.driver,
+            new=spec.driver,
+        )
+
+
+def _ib_changes(spec: VfSpec, vf: VfObserved) -> list[VfChange] | None:
+    wanted = [(a, getattr(spec, a)) for a in IB_ATTRS if getattr(spec, a) is not None]
+    if not wanted:
+        return []
+    if vf.ib is None:
+        return None
+    return [
+        VfChange(vf.index, attr, getattr(vf.ib, attr), new)
+        for attr, new in wanted
+        if getattr(vf.ib, attr) != new
+    ]
+
+
+# --- Soft-RoCE --------------------------------------------------------------------------
+
+
+def find_netdev(ref: NetdevRef, observed: Observed) -> NetdevObserved | str | None:
+    """The netdev a reference names; a string explains an ambiguous match."""
+    if ref.name is not None:
+        return observed.netdev(ref.name)
+    hits = [
+        n
+        for n in observed.netdevs
+        if (ref.mac is not None and ref.mac in (n.perm_mac, n.mac))
+        or (ref.pci is not None and n.pci == ref.pci)
+    ]
+    if len(hits) > 1:
+        names = ", ".join(n.name for n in hits)
+        return f"{ref.describe()} matches several netdevs ({names})"
+    return hits[0] if hits else None
+
+
+def _plan_rxe(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
+    declared = {r.name for r in desired.rxe}
+    actions: list[Action] = []
+    deleting: set[str] = set()
+    # Stale links first: deleting one may free the netdev a declared link needs.
+    for name in sorted(state.managed_rxe - declared):
+        link = observed.rdma_link(name)
+        if link is None or not link.is_rxe:
+            continue
+        obj = f"rxe {name}"
+        if link.usage.busy:
+            actions.append(
+                Blocked(obj, f"{name} is no longer declared but in use: {link.usage.describe()}")
+            )
+        else:
+            deleting.add(name)
+            actions.append(
+                DeleteRxe(obj, f"{name} was created by rdmad and is no longer declared", name=name)
+            )
+    module_planned = False
+    for spec in desired.rxe:
+        planned = _plan_one_rxe(spec, observed, state, deleting)
+        if any(isinstance(a, AddRxe) for a in planned) and not module_planned:
+            if RXE_MODULE not in observed.modules.loaded:
+                if observed.modules.loading_disabled:
+                    actions.append(
+                        Blocked(
+                            spec.obj,
+                            f"{RXE_MODULE} is not loaded and module loading is disabled "
+                            "(/proc/sys/kernel/modules_disabled = 1)",
+                        )
+                    )
+                    continue
+                actions.append(LoadModule(spec.obj, "rxe links need rdma_rxe", module=RXE_MODULE))
+            module_planned = True
+        actions.extend(planned)
+    return actions
+
+
+def _plan_one_rxe(
+    spec: RxeSpec, observed: Observed, state: PlanState, deleting: set[str]
+) -> list[Action]:
+    obj = spec.obj
+    if not observed.rdma_netlink:
+        return [Blocked(obj, "the kernel has no RDMA netlink (NETLINK_RDMA): rxe is unavailable")]
+    netdev = find_netdev(spec.netdev, observed)
+    if isinstance(netdev, str):
+        return [Blocked(obj, netdev)]
+    existing = observed.rdma_link(spec.name)
+    actions: list[Action] = []
+    if existing is not None:
+        if not existing.is_rxe:
+            return [
+                Blocked(
+                    obj,
+                    f"an RDMA device named {spec.name} exists with driver "
+                    f"{existing.driver or 'unknown'}; it is not an rxe link and is left alone",
+                )
+            ]
+        if netdev is not None and existing.netdev == netdev.name:
+            return []
+        where = existing.netdev or "no netdev"
+        if spec.name not in state.managed_rxe or existing.usage.busy:
+            owner = (
+                f"in use: {existing.usage.describe()}"
+                if existing.usage.busy
+                else "not created by rdmad"
+            )
+            return [
+                Blocked(
+                    obj,
+                    f"rxe {spec.name} is on {where}, declared on {spec.netdev.describe()}; "
+                    f"it is {owner}",
+                )
+            ]
+        actions.append(
+            DeleteRxe(
+                obj,
+                f"{spec.name} is on {where}, declared on {spec.netdev.describe()}",
+                name=spec.name,
+            )
+        )
+    if netdev is None:
+        actions.append(Waiting(obj, f"{spec.netdev.describe()} is not present"))
+        return actions
+    for other in observed.rdma_links:
+        if (
+            other.is_rxe
+            and other.name != spec.name
+            and other.netdev == netdev.name
+            and other.name not in deleting
+        ):
+            taken = f"{netdev.name} already carries rxe link {other.name!r} (one per netdev)"
+            return [*actions, Blocked(obj, taken)]
+    why = "re-create" if existing is not None else "declared rxe link is missing"
+    actions.append(AddRxe(obj, why, name=spec.name, netdev=netdev.name))
+    return actions

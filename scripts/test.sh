@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up and run every check and test: lint, types, layer contracts, unit, kernel
+# (netns, as root), and the QEMU lab (as root; builds the guest image once, cached).
+# RDMAD_SKIP_LAB=1 leaves the lab out (its tests then skip, saying why).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+py=.venv/bin
+
+echo "== ruff"; $py/ruff check rdmad tests bench
+echo "== ruff format"; $py/ruff format --check rdmad tests bench
+echo "== mypy (strict on model, config, reconcile)"; $py/mypy rdmad
+echo "== import contracts"; $py/lint-imports
+
+if [[ $(id -u) -eq 0 && ${RDMAD_SKIP_LAB:-0} != 1 ]]; then
+    echo "== lab: host packages and guest image"
+    bash scripts/lab-deps.sh
+    bash scripts/lab-image.sh
+    # In CI a lab prerequisite that is missing fails the run instead of skipping.
+    if [[ ${CI:-} == true ]]; then export RDMAD_LAB_REQUIRED=1; fi
+fi
+
+echo "== pytest"
+$py/python -m pytest "$@"

@@ -1,0 +1,209 @@
+"""rdmad.kernel.netlink against this machine's real kernel, inside throwaway network namespaces.
+
+Needs root. Every namespace is created by a fixture and deleted even when a test fails;
+every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.netlink import LinkEvent, LinkEventStream, RtNetlink
+from rdmad.model import VfChange, VfSettings
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create network namespaces"),
+]
+
+DEADLINE = 10.0
+
+
+def ip(*args: str) -> str:
+    return subprocess.run(["ip", *args], check=True, capture_output=True, text=True).stdout
+
+
+def ifindex(ns: str, name: str) -> int:
+    return int(json.loads(ip("-n", ns, "-j", "link", "show", "dev", name))[0]["ifindex"])
+
+
+def _new_netns() -> str:
+    name = f"rdmad-t-{uuid.uuid4().hex[:8]}"
+    ip("netns", "add", name)
+    return name
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = _new_netns()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def netns2() -> Iterator[str]:
+    name = _new_netns()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+async def collect_until(
+    stream: LinkEventStream, done: Callable[[LinkEvent], bool], limit: int = 10_000
+) -> list[LinkEvent]:
+    """Events up to and including the first that satisfies ``done``; bounded in time and count."""
+    seen: list[LinkEvent] = []
+
+    async def run() -> None:
+        async for event in stream:
+            seen.append(event)
+            if done(event) or len(seen) >= limit:
+                return
+
+    await asyncio.wait_for(run(), DEADLINE)
+    return seen
+
+
+async def test_links_report_veth_with_mac_ifindex_and_up(netns: str) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "address", "02:00:00:00:aa:01", "type", "veth",
+       "peer", "name", "rdv1", "address", "02:00:00:00:aa:02")  # fmt: skip
+    ip("-n", netns, "link", "set", "rdv0", "up")
+    async with RtNetlink(netns) as rt:
+        links = {link.name: link for link in await rt.links()}
+    assert {"lo", "rdv0", "rdv1"} <= set(links)
+    v0, v1 = links["rdv0"], links["rdv1"]
+    assert (v0.mac, v1.mac) == ("02:00:00:00:aa:01", "02:00:00:00:aa:02")
+    assert (v0.ifindex, v1.ifindex) == (ifindex(netns, "rdv0"), ifindex(netns, "rdv1"))
+    assert v0.up and not v1.up
+    assert v0.kind == "veth"
+    assert v0.num_vf is None and v0.vfs == {} and v0.vfs_complete
+    assert v0.operstate in ("lowerlayerdown", "down")  # its peer is down
+
+
+async def test_set_up(netns: str) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+    async with RtNetlink(netns) as rt:
+        await rt.set_up("rdv0")
+        await rt.set_up(ifindex(netns, "rdv1"))
+        links = {link.name: link for link in await rt.links()}
+    assert links["rdv0"].up and links["rdv1"].up
+
+
+async def test_set_up_missing_link_names_it(netns: str) -> None:
+    async with RtNetlink(netns) as rt:
+        with pytest.raises(KernelError) as info:
+            await rt.set_up("nosuch0")
+    assert info.value.errno == errno.ENODEV
+    assert "set nosuch0 up" in str(info.value) and "ENODEV" in str(info.value)
+
+
+async def test_events_add_rename_delete_by_ifindex(netns: str) -> None:
+    rt = RtNetlink(netns)
+    async with rt.events() as stream:
+        ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+        index = ifindex(netns, "rdv0")
+        ip("-n", netns, "link", "set", "rdv0", "name", "rdrenamed")
+        ip("-n", netns, "link", "del", "rdrenamed")
+        events = await collect_until(stream, lambda e: e.kind == "del" and e.ifindex == index)
+    mine = [e for e in events if e.ifindex == index]
+    assert mine[0].kind == "add" and mine[0].name == "rdv0"
+    renames = [e for e in mine if e.old_name == "rdv0"]
+    assert renames and renames[0].kind == "change" and renames[0].name == "rdrenamed"
+    assert mine[-1].kind == "del" and mine[-1].name == "rdrenamed"
+    assert not [e for e in events if e.kind == "resync"]
+
+
+async def test_events_move_to_another_netns(netns: str, netns2: str) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+    old_index = ifindex(netns, "rdv0")
+    async with RtNetlink(netns).events() as here, RtNetlink(netns2).events() as there:
+        ip("-n", netns, "link", "set", "rdv0", "netns", netns2)
+        new_index = ifindex(netns2, "rdv0")
+        gone = await collect_until(here, lambda e: e.kind == "del" and e.ifindex == old_index)
+        came = await collect_until(there, lambda e: e.kind == "add" and e.ifindex == new_index)
+    assert gone[-1].name == "rdv0"
+    assert came[-1].name == "rdv0"
+
+
+async def test_enobufs_gives_resync_and_stream_keeps_working(netns: str) -> None:
+    # A tiny receive buffer and nobody reading while ~100 links come and go: the kernel
+    # must drop notifications and report ENOBUFS.
+    rt = RtNetlink(netns)
+    async with rt.events(rcvbuf=4096) as stream:
+        batch = "".join(f"link add rdf{i} type veth peer name rdg{i}\n" for i in range(50))
+        batch += "".join(f"link del rdf{i}\n" for i in range(50))
+        subprocess.run(["ip", "-n", netns, "-batch", "-"], input=batch, text=True, check=True)
+        events = await collect_until(stream, lambda e: e.kind == "resync")
+        assert events[-1].kind == "resync"
+        assert stream.overflows >= 1
+        # After the overflow the stream still delivers, with the right ifindex.
+        ip("-n", netns, "link", "add", "rdafter0", "type", "veth", "peer", "name", "rdafter1")
+        index = ifindex(netns, "rdafter0")
+        later = await collect_until(stream, lambda e: e.ifindex == index and e.kind == "add")
+    assert later[-1].name == "rdafter0"
+
+
+async def test_set_vf_settings_on_a_link_without_vfs_names_vf_attr_and_errno(
+    netns: str,
+) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+    changes = [
+        VfChange(0, "mac", None, "02:00:00:00:00:10"),
+        VfChange(0, "vlan", None, 100),
+        VfChange(0, "vlan_proto", None, "802.1ad"),
+        VfChange(3, "link_state", "auto", "disable"),
+        VfChange(3, "max_tx_rate", 0, 1000),
+        VfChange(3, "spoofchk", None, True),
+    ]
+    async with RtNetlink(netns) as rt:
+        results = await rt.set_vf_settings("rdv0", changes, {3: VfSettings(min_tx_rate=10)})
+    assert [r.change for r in results] == changes
+    for r in results:
+        assert not r.ok and r.error is not None
+        assert r.error.errno == errno.EOPNOTSUPP
+        text = str(r.error)
+        assert f"set vf {r.change.vf} {r.change.attr} on rdv0" in text, text
+        assert "EOPNOTSUPP" in text and "not supported" in text
+    proto = next(r for r in results if r.change.attr == "vlan_proto")
+    assert proto.error is not None and "vlan 100 qos 0 proto 802.1ad" in proto.error.detail
+    rate = next(r for r in results if r.change.attr == "max_tx_rate")
+    assert rate.error is not None and "rate 10-1000" in rate.error.detail  # min from current
+
+
+async def test_set_vf_settings_invalid_value_is_not_sent(netns: str) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+    async with RtNetlink(netns) as rt:
+        [bad] = await rt.set_vf_settings("rdv0", [VfChange(1, "link_state", None, "on")], {})
+    assert bad.error is not None and bad.error.errno is None
+    assert str(bad.error) == "set vf 1 link_state on rdv0: cannot set link_state to 'on'"
+
+
+async def test_set_vf_settings_missing_link(netns: str) -> None:
+    async with RtNetlink(netns) as rt:
+        [res] = await rt.set_vf_settings("nosuch0", [VfChange(0, "trust", None, True)], {})
+    assert res.error is not None and res.error.errno == errno.ENODEV
+
+
+async def test_links_is_fast_with_many_links(netns: str) -> None:
+    batch = "".join(f"link add rdm{i} type veth peer name rdn{i}\n" for i in range(100))
+    subprocess.run(["ip", "-n", netns, "-batch", "-"], input=batch, text=True, check=True)
+    loop = asyncio.get_running_loop()
+    async with RtNetlink(netns) as rt:
+        await rt.links()
+        start = loop.time()
+        links = await rt.links()
+        elapsed = loop.time() - start
+    assert len(links) == 201
+    assert elapsed < 0.5, f"links() with 201 links took {elapsed:.3f}s"

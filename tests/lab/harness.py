@@ -1,0 +1,853 @@
+"""QEMU/TCG lab harness: boot the lab guest, drive it through the guest agent.
+
+Standard library only. One QEMU process per `Guest`; every process is killed
+by pid (explicitly, at interpreter exit, and by the kernel through
+PR_SET_PDEATHSIG when the Python process dies), so no test leaves a QEMU
+behind. See tests/lab/README.md for how the image is built and cached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import ctypes
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "tests" / "lab" / "image" / "build.sh"
+QEMU = "qemu-system-x86_64"
+ENABLE_HINT = "run scripts/lab-deps.sh && scripts/lab-image.sh as root"
+BOOT_MARKER = re.compile(rb"RDMAD-LAB-BOOT-DONE boot=(\d+) boot_id=([0-9a-f-]+)")
+GUEST_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+VENV = "/opt/rdmad/venv"
+SRC_MOUNT = "/mnt/src"
+INSTALL_DIR = "/opt/rdmad/src"
+WORKDIR_PREFIX = "rdmad-lab-"
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIVE_QEMUS: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def log(message: str) -> None:
+    """Progress on stderr: boots take tens of seconds, so say what is going on."""
+    print(f"[lab {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class LabError(Exception):
+    """The lab itself failed (boot, agent, timeout): not an assertion on rdmad."""
+
+
+class GuestTimeout(LabError):
+    pass
+
+
+# --------------------------------------------------------------------------
+# Prerequisites and the image
+
+
+@dataclass(frozen=True)
+class LabImage:
+    directory: Path
+
+    @property
+    def kernel(self) -> Path:
+        return self.directory / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.directory / "initrd.img"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.directory / "rootfs.img"
+
+
+def find_image() -> LabImage | None:
+    """The cached image for the current inputs (build.sh computes the key)."""
+    try:
+        proc = subprocess.run(
+            [str(BUILD_SCRIPT), "--path"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    image = LabImage(Path(proc.stdout.strip().splitlines()[-1]))
+    ok = all(p.is_file() for p in (image.kernel, image.initrd, image.rootfs))
+    return image if ok else None
+
+
+def qemu_has_igb() -> bool:
+    try:
+        proc = subprocess.run(
+            [QEMU, "-device", "help"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return '"igb"' in proc.stdout
+
+
+def missing_prerequisite() -> str | None:
+    """Why the lab cannot run here, or None. The reason says how to fix it."""
+    if not sys.platform.startswith("linux"):
+        return "the lab needs a Linux host"
+    if shutil.which(QEMU) is None:
+        return f"{QEMU} not found ({ENABLE_HINT})"
+    if os.geteuid() != 0:
+        return f"the lab runs as root ({ENABLE_HINT}, then run pytest as root)"
+    if not qemu_has_igb():
+        return f"{QEMU} has no igb device: QEMU >= 8 is needed ({ENABLE_HINT})"
+    if find_image() is None:
+        return f"the lab guest image for the current inputs is not built ({ENABLE_HINT})"
+    return None
+
+
+# --------------------------------------------------------------------------
+# Guest agent client (QGA JSON protocol over the virtio-serial unix socket)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    # subprocess.CompletedProcess spellings, for tests written against those.
+    @property
+    def returncode(self) -> int:
+        return self.rc
+
+    @property
+    def stdout(self) -> str:
+        return self.out
+
+    @property
+    def stderr(self) -> str:
+        return self.err
+
+    def describe(self) -> str:
+        return f"rc={self.rc}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+class GuestAgent:
+    """A minimal QGA client.
+
+    Every request carries an id and answers with other ids are dropped: after
+    a timeout or a guest reboot, stale answers may still arrive on the socket.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._sock: socket.socket | None = None
+        self._buf = b""
+        self._next_id = int(time.time() * 1000) % 1_000_000
+
+    def close(self) -> None:
+        if self._sock is not None:
+            with suppress(OSError):
+                self._sock.close()
+        self._sock = None
+        self._buf = b""
+
+    def _connect(self, deadline: float) -> socket.socket:
+        while self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(self._path))
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise GuestTimeout(f"cannot connect to the guest agent at {self._path}"
+                                       ) from exc
+                time.sleep(0.1)
+                continue
+            self._sock = sock
+        return self._sock
+
+    def _send(self, message: dict[str, Any], deadline: float) -> None:
+        sock = self._connect(deadline)
+        sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def _read_line(self, deadline: float) -> bytes:
+        sock = self._connect(deadline)
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise GuestTimeout("the guest agent did not answer in time")
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError as exc:
+                raise GuestTimeout("the guest agent did not answer in time") from exc
+            if not chunk:
+                self.close()
+                raise LabError("the guest agent socket closed (QEMU gone?)")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        # guest-sync-delimited answers are preceded by 0xFF; drop it.
+        return line.replace(b"\xff", b"").strip()
+
+    def call(self, command: str, arguments: dict[str, Any] | None = None,
+             timeout: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout
+        self._next_id += 1
+        req_id = self._next_id
+        message: dict[str, Any] = {"execute": command, "id": req_id}
+        if arguments is not None:
+            message["arguments"] = arguments
+        self._send(message, deadline)
+        while True:
+            line = self._read_line(deadline)
+            if not line:
+                continue
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue  # garbage from a guest agent that restarted mid-line
+            if answer.get("id") != req_id:
+                continue
+            if "error" in answer:
+                raise LabError(f"guest agent {command}: {answer['error']}")
+            return answer.get("return")
+
+    def sync(self, timeout: float) -> None:
+        """Wait until the agent answers (it may still be starting)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._next_id += 1
+                token = self._next_id
+                got = self.call("guest-sync-delimited", {"id": token},
+                                timeout=min(3.0, max(0.1, deadline - time.monotonic())))
+                if got == token:
+                    return
+            except GuestTimeout:
+                if time.monotonic() > deadline:
+                    raise
+            except LabError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def exec(self, argv: list[str], *, timeout: float, stdin: bytes | None = None) -> ExecResult:
+        """Run argv in the guest, wait (bounded) and return its exit code and output."""
+        deadline = time.monotonic() + timeout
+        args: dict[str, Any] = {
+            "path": argv[0], "arg": argv[1:], "env": GUEST_ENV, "capture-output": True,
+        }
+        if stdin is not None:
+            args["input-data"] = base64.b64encode(stdin).decode()
+        pid = self.call("guest-exec", args, timeout=min(30.0, timeout))["pid"]
+        interval = 0.02
+        while True:
+            status = self.call("guest-exec-status", {"pid": pid}, timeout=30.0)
+            if status.get("exited"):
+                return _exec_result(status)
+            if time.monotonic() > deadline:
+                with suppress(LabError):
+                    self.call("guest-exec", {"path": "/bin/kill", "arg": ["-9", str(pid)]})
+                raise GuestTimeout(f"guest command timed out after {timeout:.0f} s: {argv}")
+            time.sleep(interval)
+            interval = min(interval * 1.5, 0.25)  # fast for quick commands, cheap for slow
+
+
+def _exec_result(status: dict[str, Any]) -> ExecResult:
+    out = base64.b64decode(status.get("out-data", "")).decode(errors="replace")
+    err = base64.b64decode(status.get("err-data", "")).decode(errors="replace")
+    rc = status.get("exitcode")
+    if rc is None:  # killed by a signal: report it the way a shell does
+        rc = 128 + int(status.get("signal", 0))
+    return ExecResult(int(rc), out, err)
+
+
+# --------------------------------------------------------------------------
+# QEMU process
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: the kernel SIGKILLs QEMU when the Python process dies."""
+
+    def preexec() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took hold
+            os._exit(1)
+
+    return preexec
+
+
+def _kill_process(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    _LIVE_QEMUS.pop(proc.pid, None)
+
+
+@atexit.register
+def _kill_all_qemus() -> None:
+    for proc in list(_LIVE_QEMUS.values()):
+        _kill_process(proc, grace=1.0)
+
+
+def kernel_cmdline(iommu: bool) -> str:
+    # mitigations=off: no guest-side speculation workarounds to emulate under TCG.
+    parts = ["root=/dev/vda", "rw", "console=ttyS0", "mitigations=off"]
+    if iommu:
+        # An emulated VT-d lets vfio-pci bind VFs (it refuses without an IOMMU);
+        # iommu=pt keeps ordinary DMA untranslated, so it costs little.
+        parts += ["intel_iommu=on", "iommu=pt"]
+    return " ".join(parts)
+
+
+def qemu_command(image: LabImage, workdir: Path, *, iommu: bool, serial_log: Path | None,
+                 memory: str = "2G", smp: int = 2) -> list[str]:
+    """The guest's QEMU command line (accel=tcg always: KVM here hangs, see LAB.md).
+
+    serial_log None means an interactive console on stdio: Ctrl-C goes to the
+    guest, Ctrl-A X quits, Ctrl-A C switches to the QEMU monitor.
+    """
+    cmd = [
+        QEMU, "-nodefaults", "-machine", "q35,accel=tcg", "-cpu", "max",
+        "-smp", str(smp), "-m", memory, "-display", "none", "-vga", "none",
+    ]
+    if serial_log is not None:
+        cmd += ["-serial", f"file:{serial_log}", "-monitor", "none"]
+    else:
+        cmd += ["-chardev", "stdio,id=con0,mux=on,signal=off", "-serial", "chardev:con0",
+                "-mon", "chardev=con0,mode=readline"]
+    if iommu:
+        cmd += ["-device", "intel-iommu"]
+    cmd += [
+        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
+        "-append", kernel_cmdline(iommu),
+        "-drive", f"file={image.rootfs},format=raw,if=virtio,snapshot=on",
+        "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-pci,netdev=n0",
+        "-device", "virtio-serial-pci",
+        "-chardev", f"socket,path={workdir / 'qga.sock'},server=on,wait=off,id=qga0",
+        "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+        "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        "-device", "pcie-root-port,id=rp1,chassis=1,slot=1",
+        "-netdev", "user,id=n1,restrict=on", "-device", "igb,bus=rp1,netdev=n1",
+        "-virtfs",
+        f"local,path={REPO_ROOT},mount_tag=src,security_model=none,readonly=on",
+    ]
+    return cmd
+
+
+def start_qemu(cmd: list[str], workdir: Path, *, interactive: bool = False
+               ) -> subprocess.Popen[bytes]:
+    """Start QEMU; it is registered for killing at exit and dies with us."""
+    stdio: dict[str, Any] = {}
+    if not interactive:
+        err = (workdir / "qemu.stderr").open("wb")
+        stdio = {"stdin": subprocess.DEVNULL, "stdout": err, "stderr": err}
+    # preexec_fn is the only way to set PR_SET_PDEATHSIG; the harness starts
+    # QEMU from the main thread only.
+    proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent(os.getpid()), **stdio)  # noqa: PLW1509
+    _LIVE_QEMUS[proc.pid] = proc
+    return proc
+
+
+# --------------------------------------------------------------------------
+# The guest
+
+
+@dataclass(frozen=True)
+class BootInfo:
+    number: int
+    boot_id: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class InstallReport:
+    compiled: bool
+    output: str
+    unit_installed: bool
+    seconds: float
+
+
+class Guest:
+    """One booted lab guest (one QEMU process, snapshot=on)."""
+
+    def __init__(self, image: LabImage, *, iommu: bool = True, name: str = "guest") -> None:
+        self.image = image
+        self.iommu = iommu
+        self.name = name
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{name}-"))
+        (self.workdir / "owner.pid").write_text(str(os.getpid()))
+        self.serial_log = self.workdir / "serial.log"
+        self.agent = GuestAgent(self.workdir / "qga.sock")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.boot_info: BootInfo | None = None
+        self._holders = 0
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def boot(self, timeout: float = 300.0) -> BootInfo:
+        cmd = qemu_command(self.image, self.workdir, iommu=self.iommu,
+                           serial_log=self.serial_log)
+        log(f"{self.name}: starting QEMU (TCG, iommu={self.iommu})")
+        self.proc = start_qemu(cmd, self.workdir)
+        return self.wait_boot(timeout, started=time.monotonic())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_boot(self, timeout: float, *, started: float,
+                  previous_boot_id: str | None = None) -> BootInfo:
+        """Wait for a boot-done marker from a boot other than previous_boot_id."""
+        deadline = started + timeout
+        next_note = started + 15
+        while True:
+            found = self._last_marker()
+            if found is not None and found[1] != previous_boot_id:
+                break
+            self._check_running()
+            now = time.monotonic()
+            if now > deadline:
+                raise GuestTimeout(
+                    f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
+                    + self.serial_text(tail=3000))
+            if now > next_note:
+                log(f"{self.name}: still booting ({now - started:.0f} s): "
+                    f"{self._last_serial_line()!r}")
+                next_note = now + 15
+            time.sleep(0.2)
+        self.agent.close()
+        self.agent.sync(timeout=max(10.0, deadline - time.monotonic()))
+        info = BootInfo(found[0], found[1], time.monotonic() - started)
+        self.boot_info = info
+        log(f"{self.name}: boot {info.number} done in {info.seconds:.1f} s")
+        return info
+
+    def reboot(self, timeout: float = 300.0) -> BootInfo:
+        if self.boot_info is None:
+            raise LabError("reboot of a guest that never booted")
+        previous = self.boot_info.boot_id
+        started = time.monotonic()
+        log(f"{self.name}: rebooting")
+        # Fire and forget: the agent dies with the old system.
+        self.agent.call("guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"],
+                                       "env": GUEST_ENV})
+        return self.wait_boot(timeout, started=started, previous_boot_id=previous)
+
+    def poweroff(self, timeout: float = 60.0) -> float:
+        """systemctl poweroff (QMP system_powerdown does nothing in minbase)."""
+        started = time.monotonic()
+        with suppress(LabError):
+            self.agent.call("guest-exec", {"path": "/bin/systemctl", "arg": ["poweroff"],
+                                           "env": GUEST_ENV})
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name}: no poweroff after {timeout:.0f} s, killing QEMU")
+        self.kill()
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        self.agent.close()
+        if self.proc is not None:
+            _kill_process(self.proc)
+
+    def close(self) -> None:
+        """Kill QEMU and remove the temp dir (sockets, logs)."""
+        self.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _check_running(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            err = (self.workdir / "qemu.stderr").read_text(errors="replace")[-3000:]
+            raise LabError(f"{self.name}: QEMU exited with {self.proc.returncode}:\n{err}\n"
+                           f"serial tail:\n{self.serial_text(tail=3000)}")
+
+    # ---- logs ------------------------------------------------------------
+
+    def _serial_bytes(self) -> bytes:
+        try:
+            return self.serial_log.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _last_marker(self) -> tuple[int, str] | None:
+        matches = BOOT_MARKER.findall(self._serial_bytes())
+        if not matches:
+            return None
+        number, boot_id = matches[-1]
+        return int(number), boot_id.decode()
+
+    def _last_serial_line(self) -> str:
+        lines = [ln for ln in self.serial_text(tail=2000).splitlines() if ln.strip()]
+        return lines[-1][-120:] if lines else ""
+
+    def serial_text(self, tail: int = 20000) -> str:
+        text = self._serial_bytes()[-tail:].decode(errors="replace")
+        return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)  # drop colour codes
+
+    def journal(self, lines: int = 300) -> str:
+        res = self.run(f"journalctl -b --no-pager -o short-monotonic | tail -n {lines}",
+                       timeout=60)
+        return res.out + res.err
+
+    # ---- commands --------------------------------------------------------
+
+    def run(self, script: str | list[str], timeout: float = 60.0,
+            stdin: bytes | None = None) -> ExecResult:
+        """Run a shell script (str) or an argv (list) in the guest: (exit code, stdout, stderr)."""
+        argv = ["/bin/sh", "-c", script] if isinstance(script, str) else list(script)
+        return self.agent.exec(argv, timeout=timeout, stdin=stdin)
+
+    def check(self, script: str, timeout: float = 60.0, stdin: bytes | None = None) -> str:
+        """Run and return stdout; raise with the full result if it fails."""
+        res = self.run(script, timeout=timeout, stdin=stdin)
+        if not res.ok:
+            raise LabError(f"guest command failed: {script}\n{res.describe()}")
+        return res.out
+
+    def json(self, script: str, timeout: float = 60.0) -> Any:
+        return json.loads(self.check(script, timeout=timeout) or "null")
+
+    def read(self, path: str) -> str:
+        return self.check(f"cat {shlex.quote(path)}").strip()
+
+    def write(self, path: str, value: str | int, timeout: float = 60.0) -> ExecResult:
+        """Write value to a (sysfs) file; the result carries the kernel's errno text.
+
+        /bin/echo, not the shell's: dash reports every failed builtin write as
+        "I/O error", hiding EBUSY/ERANGE.
+        """
+        return self.run(f"/bin/echo {shlex.quote(str(value))} > {shlex.quote(path)}",
+                        timeout=timeout)
+
+    def exists(self, path: str) -> bool:
+        return self.run(f"test -e {shlex.quote(path)}").ok
+
+    def wait_for(self, condition: str, timeout: float = 30.0, interval: float = 0.1) -> float:
+        """Poll a shell condition inside the guest (one exec, bounded by timeout(1))."""
+        started = time.monotonic()
+        script = (f"timeout {timeout:.1f} sh -c "
+                  f"{shlex.quote(f'until {condition}; do sleep {interval}; done')}")
+        res = self.run(script, timeout=timeout + 30)
+        if not res.ok:
+            raise GuestTimeout(f"condition not met within {timeout:.0f} s: {condition}\n"
+                               + res.describe())
+        return time.monotonic() - started
+
+    def wait_until(self, predicate: Callable[[], bool], *, timeout: float = 30.0,
+                   interval: float = 0.2, what: str = "condition") -> float:
+        """Poll a host-side predicate over guest state, bounded by timeout."""
+        started = time.monotonic()
+        while not predicate():
+            if time.monotonic() - started > timeout:
+                raise GuestTimeout(f"{what} not met within {timeout:.0f} s")
+            time.sleep(interval)
+        return time.monotonic() - started
+
+    # ---- systemd, modules ---------------------------------------------------
+
+    def start_unit(self, name: str, script: str, max_seconds: int = 600) -> str:
+        """Run a long-lived command as a transient unit (never unbounded)."""
+        unit = f"{name}.service"
+        self.check(f"systemd-run --quiet --collect --unit={shlex.quote(unit)} "
+                   f"-p RuntimeMaxSec={max_seconds} /bin/sh -c {shlex.quote(script)}")
+        return unit
+
+    def stop_unit(self, unit: str) -> None:
+        self.run(f"systemctl stop {shlex.quote(unit)}", timeout=60)
+
+    def unit_pid(self, unit: str) -> int:
+        return int(self.check(f"systemctl show -p MainPID --value {shlex.quote(unit)}").strip())
+
+    def modprobe(self, module: str, *, remove: bool = False, timeout: float = 120.0) -> ExecResult:
+        flag = "-r " if remove else ""
+        return self.run(f"modprobe {flag}{shlex.quote(module)}", timeout=timeout)
+
+    def module_loaded(self, module: str) -> bool:
+        name = module.replace("-", "_")
+        return self.run(f"grep -q '^{name} ' /proc/modules").ok
+
+    # ---- links ---------------------------------------------------------------
+
+    def ip_links(self) -> list[dict[str, Any]]:
+        return list(self.json("ip -d -j link show"))
+
+    def ip_link(self, dev: str) -> dict[str, Any]:
+        return dict(self.json(f"ip -d -j link show dev {shlex.quote(dev)}")[0])
+
+    def vf_info(self, pf_netdev: str) -> list[dict[str, Any]]:
+        return list(self.ip_link(pf_netdev).get("vfinfo_list", []))
+
+    def rdma_links(self) -> list[dict[str, Any]]:
+        return list(self.json("rdma -j link show"))
+
+    # ---- SR-IOV: igb --------------------------------------------------------
+
+    def igb_pf(self) -> str:
+        """PCI address of the emulated igb (82576) PF."""
+        out = self.check("cd /sys/bus/pci/drivers/igb && ls -d 0000:* | head -n1").strip()
+        if not out:
+            raise LabError("no device bound to igb in the guest")
+        return out
+
+    def pci_path(self, bdf: str, attr: str = "") -> str:
+        return f"/sys/bus/pci/devices/{bdf}/{attr}".rstrip("/")
+
+    def set_numvfs(self, pf_bdf: str, count: int, timeout: float = 120.0) -> ExecResult:
+        return self.write(self.pci_path(pf_bdf, "sriov_numvfs"), count, timeout=timeout)
+
+    def numvfs(self, pf_bdf: str) -> int:
+        return int(self.read(self.pci_path(pf_bdf, "sriov_numvfs")))
+
+    def vf_bdfs(self, pf_bdf: str) -> list[str]:
+        """VF PCI addresses in VF index order (virtfnN links of the PF)."""
+        out = self.check(
+            f"cd {self.pci_path(pf_bdf)} && for l in virtfn*; do [ -e \"$l\" ] && "
+            "echo \"${l#virtfn} $(basename $(readlink $l))\"; done; true")
+        pairs = sorted((int(i), bdf) for i, bdf in (ln.split() for ln in out.splitlines()))
+        return [bdf for _, bdf in pairs]
+
+    def pci_netdevs(self, bdf: str) -> list[str]:
+        out = self.run(f"ls {self.pci_path(bdf, 'net')} 2>/dev/null")
+        return out.out.split()
+
+    def wait_vf_netdevs(self, pf_bdf: str, count: int, timeout: float = 60.0) -> dict[str, str]:
+        """Wait until each of count VFs has a netdev and udev renamed it: VF PCI -> name."""
+        pf = self.pci_path(pf_bdf)
+        cond = (f"[ $(ls -d {pf}/virtfn*/net/* 2>/dev/null | wc -l) -ge {count} ] && "
+                "udevadm settle --timeout=5")
+        self.wait_for(cond, timeout=timeout)
+        return {bdf: self.pci_netdevs(bdf)[0] for bdf in self.vf_bdfs(pf_bdf)}
+
+    # ---- SR-IOV: netdevsim -------------------------------------------------
+
+    def nsim_create(self, dev_id: int, numvfs: int = 0, *, max_vfs: int | None = None,
+                    ports: int = 1) -> str:
+        """Create netdevsim device dev_id; returns its (first) netdev name."""
+        sysdev = f"/sys/bus/netdevsim/devices/netdevsim{dev_id}"
+        self.check("modprobe netdevsim")
+        self.check(f"echo '{dev_id} {ports}' > /sys/bus/netdevsim/new_device")
+        self.wait_for(f"ls {sysdev}/net/* >/dev/null 2>&1 && udevadm settle --timeout=5",
+                      timeout=30)
+        if max_vfs is not None:
+            # The default limit is 4 VFs; debugfs is the only knob.
+            self.check("mountpoint -q /sys/kernel/debug || mount -t debugfs none "
+                       f"/sys/kernel/debug; echo {max_vfs} > "
+                       f"/sys/kernel/debug/netdevsim/netdevsim{dev_id}/max_vfs")
+        if numvfs:
+            self.check(f"echo {numvfs} > {sysdev}/sriov_numvfs")
+        return self.check(f"ls {sysdev}/net | head -n1").strip()
+
+    def nsim_delete(self, dev_id: int) -> ExecResult:
+        return self.run(f"echo {dev_id} > /sys/bus/netdevsim/del_device")
+
+    # ---- vfio ------------------------------------------------------------
+
+    def bind_vfio(self, bdf: str) -> int:
+        """Bind a VF to vfio-pci via driver_override; returns its IOMMU group."""
+        dev = self.pci_path(bdf)
+        self.check("modprobe vfio-pci")
+        self.check(
+            f"echo vfio-pci > {dev}/driver_override && "
+            f"if [ -e {dev}/driver ]; then echo {bdf} > {dev}/driver/unbind; fi && "
+            f"echo {bdf} > /sys/bus/pci/drivers_probe")
+        self.wait_for(f"[ \"$(basename $(readlink {dev}/driver))\" = vfio-pci ]", timeout=30)
+        return int(self.check(f"basename $(readlink {dev}/iommu_group)").strip())
+
+    def unbind_vfio(self, bdf: str) -> None:
+        dev = self.pci_path(bdf)
+        self.run(f"[ -e {dev}/driver ] && echo {bdf} > {dev}/driver/unbind; "
+                 f"[ -e {dev}/driver_override ] && echo > {dev}/driver_override; true")
+
+    def hold_open(self, path: str, max_seconds: int = 900) -> tuple[str, int]:
+        """A process that keeps path open (e.g. /dev/vfio/GROUP): (unit, pid)."""
+        self._holders += 1
+        unit = self.start_unit(f"lab-hold-{self._holders}",
+                               f"exec 3<>{shlex.quote(path)}; exec sleep {max_seconds}",
+                               max_seconds=max_seconds + 5)
+        self.wait_for(f"ls -l /proc/$(systemctl show -p MainPID --value {unit})/fd "
+                      f"2>/dev/null | grep -q {shlex.quote(path)}", timeout=30)
+        return unit, self.unit_pid(unit)
+
+    def pids_holding(self, path: str) -> list[int]:
+        out = self.run(f"for f in /proc/[0-9]*/fd/*; do [ \"$(readlink $f)\" = "
+                       f"{shlex.quote(path)} ] && echo $f; done; true", timeout=60).out
+        return sorted({int(line.split("/")[2]) for line in out.split()})
+
+    # ---- rdmad ---------------------------------------------------------------
+
+    def mount_src(self) -> None:
+        self.check(f"mountpoint -q {SRC_MOUNT} || {{ mkdir -p {SRC_MOUNT} && "
+                   f"mount -t 9p -o trans=virtio,version=9p2000.L,ro src {SRC_MOUNT}; }}")
+
+    def install_rdmad(self) -> InstallReport:
+        """Copy rdmad/ from the 9p share into the guest venv and compile it.
+
+        Cheap (seconds) and independent of the image: the image holds only the
+        dependencies. A package that does not compile or import is reported,
+        never raised: rdmad may be half-written.
+        """
+        started = time.monotonic()
+        self.mount_src()
+        self.check(
+            f"set -e; rm -rf {INSTALL_DIR}.new; mkdir -p {INSTALL_DIR}.new; "
+            f"tar -C {SRC_MOUNT} --exclude=__pycache__ -cf - rdmad "
+            f"| tar -C {INSTALL_DIR}.new -xf -; "
+            f"rm -rf {INSTALL_DIR}; mv {INSTALL_DIR}.new {INSTALL_DIR}; "
+            f"echo {INSTALL_DIR} > $(echo {VENV}/lib/python3*/site-packages)/rdmad-src.pth",
+            timeout=120)
+        compiled = self.run(f"{VENV}/bin/python -m compileall -q {INSTALL_DIR}", timeout=300)
+        if not compiled.ok:
+            log(f"{self.name}: compileall of rdmad failed (reported, not raised):\n"
+                + compiled.describe())
+        for tool, module in (("rdmad", "rdmad.cli"), ("rdmad-ctl", "rdmad.ctl")):
+            wrapper = f'#!/bin/sh\nexec {VENV}/bin/python -m {module} "$@"\n'
+            self.check(f"cat > /usr/local/bin/{tool} && chmod 0755 /usr/local/bin/{tool}",
+                       stdin=wrapper.encode())
+        unit = REPO_ROOT / "systemd" / "rdmad.service"
+        if unit.is_file():
+            text = rewrite_exec_start(unit.read_text())
+            self.check("cat > /etc/systemd/system/rdmad.service && systemctl daemon-reload",
+                       stdin=text.encode())
+        return InstallReport(compiled.ok, compiled.out + compiled.err, unit.is_file(),
+                             time.monotonic() - started)
+
+    # ---- cleanup for the shared guest ---------------------------------------
+
+    def reset(self) -> None:
+        """Undo what scenario tests commonly leave behind (best effort)."""
+        self.run(
+            "systemctl stop 'lab-*.service' 2>/dev/null; "
+            "for l in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys;"
+            "[print(x[\"ifname\"]) for x in json.load(sys.stdin)]' 2>/dev/null); do "
+            "rdma link delete $l; done; "
+            "for d in /sys/bus/pci/devices/*/driver_override; do "
+            "[ \"$(cat $d)\" = vfio-pci ] && { b=${d%/driver_override}; "
+            "[ -e $b/driver ] && echo ${b##*/} > $b/driver/unbind; echo > $d; }; done; "
+            "modprobe igb; udevadm settle --timeout=30; "
+            "for f in /sys/bus/pci/drivers/igb/0000:*/sriov_numvfs; do echo 0 > $f; done; "
+            "for d in /sys/bus/netdevsim/devices/netdevsim*; do "
+            "[ -e \"$d\" ] && echo ${d##*netdevsim} > /sys/bus/netdevsim/del_device; done; "
+            "modprobe -r nvidia_peermem nvidia 2>/dev/null; true",
+            timeout=180)
+
+
+def install_rdmad(guest: Guest) -> str:
+    """Function form of Guest.install_rdmad(); returns the guest venv's python."""
+    guest.install_rdmad()
+    return f"{VENV}/bin/python"
+
+
+def rewrite_exec_start(unit_text: str) -> str:
+    """Point ExecStart= of the repo's unit at /usr/local/bin/rdmad, keeping its arguments."""
+    return "\n".join(_rewrite_line(line) for line in unit_text.splitlines()) + "\n"
+
+
+def _rewrite_line(line: str) -> str:
+    m = re.match(r"^(ExecStart=[-@:+!]*)(\S+)(.*)$", line)
+    if not m:
+        return line
+    prefix, program, rest = m.groups()
+    module = re.match(r"^\s+-m\s+rdmad(?:\.\w+)*(.*)$", rest)
+    if "python" in Path(program).name and module:
+        return f"{prefix}/usr/local/bin/rdmad{module.group(1)}"
+    if Path(program).name == "rdmad":
+        return f"{prefix}/usr/local/bin/rdmad{rest}"
+    return line
+
+
+# --------------------------------------------------------------------------
+# One guest at a time
+
+
+def remove_stale_workdirs() -> None:
+    """Temp dirs of harness processes that were SIGKILLed (their QEMU died with them)."""
+    for workdir in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            owner = int((workdir / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+class GuestPool:
+    """At most one live guest: a shared one (for tests that leave it usable)
+    or a fresh one (for tests that reboot or break it). Two guests on two
+    cores only make both slower."""
+
+    def __init__(self, image: LabImage, *, iommu: bool = True) -> None:
+        remove_stale_workdirs()
+        self.image = image
+        self.iommu = iommu
+        self._shared: Guest | None = None
+        self._fresh: Guest | None = None
+        self.last: Guest | None = None  # for failure reports, even of a failed boot
+
+    def shared(self) -> Guest:
+        self.release_fresh()
+        if self._shared is not None and not self._shared.alive():
+            self._shared.close()
+            self._shared = None
+        if self._shared is None:
+            self._shared = self._boot("shared")
+        return self._shared
+
+    def _boot(self, name: str) -> Guest:
+        if self.last is not None and self.last not in (self._shared, self._fresh):
+            self.last.close()  # a failed boot kept only for its report
+        guest = Guest(self.image, iommu=self.iommu, name=name)
+        self.last = guest
+        try:
+            guest.boot()
+        except BaseException:
+            guest.kill()  # keep its workdir: the serial log goes into the report
+            raise
+        return guest
+
+    def discard_shared(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+
+    def fresh(self) -> Guest:
+        self.discard_shared()
+        self.release_fresh()
+        self._fresh = self._boot("fresh")
+        return self._fresh
+
+    def release_fresh(self) -> None:
+        if self._fresh is not None:
+            self._fresh.close()
+            self._fresh = None
+
+    def close(self) -> None:
+        self.release_fresh()
+        self.discard_shared()
+        if self.last is not None:
+            self.last.close()

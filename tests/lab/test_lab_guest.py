@@ -1,0 +1,86 @@
+"""The lab itself: command execution, rdmad installation, reboot semantics."""
+
+from __future__ import annotations
+
+import re
+import time
+import tomllib
+
+import pytest
+from harness import REPO_ROOT, VENV, Guest, GuestTimeout
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+
+
+def test_guest_exec_returns_rc_stdout_stderr(guest: Guest) -> None:
+    res = guest.run("echo out; echo err >&2; exit 7")
+    assert (res.rc, res.out, res.err) == (7, "out\n", "err\n")
+    assert guest.run("cat", stdin=b"via stdin").out == "via stdin"
+
+
+def test_guest_exec_timeout_is_bounded(guest: Guest) -> None:
+    started = time.monotonic()
+    with pytest.raises(GuestTimeout):
+        guest.run("sleep 30", timeout=2)
+    assert time.monotonic() - started < 15
+    assert guest.run("true").ok  # the agent is still usable
+
+
+def _repo_version() -> str:
+    text = (REPO_ROOT / "rdmad" / "__init__.py").read_text()
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    assert match, "rdmad/__init__.py has no __version__"
+    return match.group(1)
+
+
+def _runtime_dists() -> list[str]:
+    with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    return [re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0] for dep in deps]
+
+
+def test_install_rdmad_puts_the_package_in_place(guest: Guest) -> None:
+    report = guest.install_rdmad()
+
+    assert report.seconds < 120
+    out = guest.check(f"{VENV}/bin/python -c 'import rdmad; print(rdmad.__version__, "
+                      "rdmad.__file__)'").split()
+    assert out[0] == _repo_version()
+    assert out[1] == "/opt/rdmad/src/rdmad/__init__.py"
+    assert guest.run("ls /opt/rdmad/src/rdmad/__pycache__/__init__.cpython-311.pyc").ok
+    for tool, module in (("rdmad", "rdmad.cli"), ("rdmad-ctl", "rdmad.ctl")):
+        wrapper = guest.check(f"test -x /usr/local/bin/{tool} && cat /usr/local/bin/{tool}")
+        assert f"{VENV}/bin/python -m {module} \"$@\"" in wrapper
+
+
+def test_image_venv_holds_rdmad_runtime_dependencies(guest: Guest) -> None:
+    dists = _runtime_dists()
+    script = ("import importlib.metadata as m, sys; "
+              "[print(d, m.version(d)) for d in sys.argv[1:]]")
+    out = guest.check(f"{VENV}/bin/python -c '{script}' {' '.join(dists)}")
+    assert len(out.splitlines()) == len(dists)
+
+
+def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> None:
+    g = fresh_guest
+    first = g.boot_info
+    assert first is not None
+    token = g.check("cat /proc/sys/kernel/random/uuid").strip()
+    g.check(f"mkdir -p /var/lib/lab-test && echo {token} > /var/lib/lab-test/token && sync")
+    pf = g.igb_pf()
+    assert g.set_numvfs(pf, 2).ok
+    g.wait_vf_netdevs(pf, 2)
+    g.check("ip link add labv0 type veth peer name labv1 && "
+            "rdma link add rxe0 type rxe netdev labv0")
+
+    second = g.reboot()
+
+    assert second.boot_id != first.boot_id
+    assert second.number == first.number + 1
+    # snapshot=on keeps guest disk writes for the life of this QEMU process...
+    assert g.read("/var/lib/lab-test/token") == token
+    # ...but nothing restores kernel state: that is rdmad's job.
+    pf = g.igb_pf()
+    assert g.numvfs(pf) == 0
+    assert g.vf_bdfs(pf) == []
+    assert g.rdma_links() == []

@@ -1,0 +1,168 @@
+"""A model of the kernel for planner tests: applies actions to an ``Observed``.
+
+It enforces the kernel rules the planner must respect (a non-zero VF count
+cannot change to another non-zero count: EBUSY; numvfs above totalvfs: ERANGE;
+one rxe per netdev: EEXIST) and records every VF that an action destroyed
+while it was in use, so property tests can assert that never happens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+
+from rdmad.model import (
+    Action,
+    AddRxe,
+    BindVfDriver,
+    DeleteRxe,
+    IbVfSettings,
+    LoadModule,
+    ModulesObserved,
+    Observed,
+    PfObserved,
+    RdmaLinkObserved,
+    SetIbVf,
+    SetNumVfs,
+    SetVfSettings,
+    VfObserved,
+    VfSettings,
+)
+
+ZERO_GUID = "00:00:00:00:00:00:00:00"
+
+
+class SimError(Exception):
+    def __init__(self, code: int, what: str) -> None:
+        self.code = code
+        super().__init__(f"{errno.errorcode[code]}: {what}")
+
+
+class SimKernel:
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+        self.hurt: list[str] = []  # in-use things an action destroyed
+
+    def apply_all(self, actions: list[Action]) -> None:
+        for action in actions:
+            if action.changes_kernel:
+                self.apply(action)
+
+    def apply(self, action: Action) -> None:
+        o = self.observed
+        if isinstance(action, SetNumVfs):
+            self._replace_pf(action.pci, lambda pf: self._numvfs(pf, action))
+        elif isinstance(action, SetVfSettings):
+            self._replace_pf(action.pci, lambda pf: _settings(pf, action))
+        elif isinstance(action, SetIbVf):
+            self._replace_pf(action.pci, lambda pf: _ib(pf, action, self.hurt))
+        elif isinstance(action, BindVfDriver):
+            self.hurt.extend(
+                f"{v.pci} rebound" for pf in o.pfs for v in pf.vfs
+                if v.pci == action.vf_pci and v.usage.busy
+            )
+            self.observed = dataclasses.replace(
+                o,
+                pfs=tuple(
+                    dataclasses.replace(
+                        pf,
+                        vfs=tuple(
+                            dataclasses.replace(v, driver=action.new)
+                            if v.pci == action.vf_pci
+                            else v
+                            for v in pf.vfs
+                        ),
+                    )
+                    for pf in o.pfs
+                ),
+            )
+        elif isinstance(action, LoadModule):
+            self.observed = dataclasses.replace(
+                o,
+                modules=ModulesObserved(
+                    o.modules.loaded | {action.module}, o.modules.loading_disabled
+                ),
+            )
+        elif isinstance(action, AddRxe):
+            if o.rdma_link(action.name) is not None:
+                raise SimError(errno.EEXIST, f"rdma device {action.name} exists")
+            if any(r.is_rxe and r.netdev == action.netdev for r in o.rdma_links):
+                raise SimError(errno.EEXIST, f"{action.netdev} already has an rxe link")
+            if o.netdev(action.netdev) is None:
+                raise SimError(errno.ENODEV, action.netdev)
+            if "rdma_rxe" not in o.modules.loaded:
+                raise SimError(errno.EOPNOTSUPP, "rdma_rxe not loaded")
+            link = RdmaLinkObserved(action.name, "rxe", action.netdev)
+            self.observed = dataclasses.replace(o, rdma_links=(*o.rdma_links, link))
+        elif isinstance(action, DeleteRxe):
+            link = o.rdma_link(action.name)
+            if link is None:
+                raise SimError(errno.ENODEV, action.name)
+            if link.usage.busy:
+                self.hurt.append(f"rxe {action.name}")
+            self.observed = dataclasses.replace(
+                o, rdma_links=tuple(r for r in o.rdma_links if r.name != action.name)
+            )
+        else:
+            raise AssertionError(f"unknown action {action!r}")
+
+    def _replace_pf(self, pci: str, change: object) -> None:
+        assert callable(change)
+        pfs = []
+        found = False
+        for pf in self.observed.pfs:
+            if pf.pci == pci:
+                pf = change(pf)
+                found = True
+            pfs.append(pf)
+        if not found:
+            raise SimError(errno.ENODEV, pci)
+        self.observed = dataclasses.replace(self.observed, pfs=tuple(pfs))
+
+    def _numvfs(self, pf: PfObserved, action: SetNumVfs) -> PfObserved:
+        if action.new > pf.totalvfs:
+            raise SimError(errno.ERANGE, f"{action.new} > {pf.totalvfs}")
+        if pf.numvfs != 0 and action.new != 0:
+            raise SimError(errno.EBUSY, f"{pf.pci} has {pf.numvfs} VFs")
+        self.hurt.extend(f"{pf.pci} VF {v.index}" for v in pf.vfs if v.usage.busy)
+        return dataclasses.replace(pf, numvfs=action.new, vfs=make_vfs(pf, action.new))
+
+
+def make_vfs(pf: PfObserved, count: int) -> tuple[VfObserved, ...]:
+    """Fresh VFs as a driver creates them: default driver, zero settings."""
+    bus, _, _ = pf.pci.rpartition(":")
+    return tuple(
+        VfObserved(
+            index=i,
+            pci=f"{bus}:{0x10 + i // 8:02x}.{i % 8}",
+            driver="vfdrv",
+            netdev=None,
+            settings=VfSettings(
+                mac="00:00:00:00:00:00", vlan=0, qos=0, vlan_proto="802.1Q", spoofchk=True,
+                trust=False, link_state="auto", min_tx_rate=0, max_tx_rate=0, query_rss=False,
+            ),
+            ib=IbVfSettings(ZERO_GUID, ZERO_GUID, "Follow") if pf.ib_device else None,
+        )
+        for i in range(count)
+    )
+
+
+def _settings(pf: PfObserved, action: SetVfSettings) -> PfObserved:
+    vfs = list(pf.vfs)
+    for change in action.changes:
+        vf = next(v for v in vfs if v.index == change.vf)
+        assert vf.settings is not None
+        new = dataclasses.replace(vf.settings, **{change.attr: change.new})
+        vfs[vfs.index(vf)] = dataclasses.replace(vf, settings=new)
+    return dataclasses.replace(pf, vfs=tuple(vfs))
+
+
+def _ib(pf: PfObserved, action: SetIbVf, hurt: list[str]) -> PfObserved:
+    vfs = list(pf.vfs)
+    vf = next(v for v in vfs if v.index == action.vf)
+    assert vf.ib is not None
+    if action.rebind and vf.usage.busy:
+        hurt.append(f"{vf.pci} rebound for new GUIDs")
+    new = dataclasses.replace(vf.ib, **{c.attr: c.new for c in action.changes})
+    vfs[vfs.index(vf)] = dataclasses.replace(vf, ib=new)
+    return dataclasses.replace(pf, vfs=tuple(vfs))

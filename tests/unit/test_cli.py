@@ -1,0 +1,103 @@
+"""The `rdmad` command line: exit codes, human output and --json, on the demo tree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rdmad import __version__
+from rdmad.cli import main
+from tests.support.fakesysfs import IGB_PF, MLX5_PF, QEMU_PID, mlx5_node
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEMO = (REPO / "tests/fixtures/demo-node.toml").read_text()
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "root"
+    mlx5_node(root)
+    cfg = tmp_path / "rdmad.toml"
+    cfg.write_text(DEMO)
+    return root, cfg
+
+
+def test_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rdmad.cli", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"rdmad {__version__}"
+
+
+def test_check_config_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", "--config", str(REPO / "etc/rdmad/rdmad.toml")]) == 0
+    assert "config OK" in capsys.readouterr().out
+
+
+def test_check_config_bad_exits_2_with_every_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "rdmad.toml"
+    bad.write_text('[daemon]\nsettle = "x"\n[[rxe]]\nname = "r"\nnetdev = {}\n')
+    assert main(["check-config", "--config", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "2 error(s)" in err
+    assert f"{bad}: daemon.settle: not a duration" in err
+    assert f"{bad}: rxe[0].netdev: a netdev reference needs exactly one" in err
+
+
+def test_check_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "rdmad.toml").write_text("[peermem]\nmode = 7\n")
+    assert main(["check-config", "--json", "--config", str(tmp_path)]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["valid"] is False and data["errors"][0]["path"] == "peermem.mode"
+
+
+def test_plan_on_demo_tree(demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    root, cfg = demo
+    assert main(["plan", "--root", str(root), "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"{IGB_PF}: sriov_numvfs 0 -> 4" in out
+    assert "rdma link add rxe0 type rxe netdev eth0" in out
+    assert f"pid {QEMU_PID} (qemu-system-x86) holds /dev/vfio/61" in out
+    assert "0000:3b:00.5: driver unset -> vfio-pci" in out
+
+
+def test_plan_json_is_what_the_text_says(
+    demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, cfg = demo
+    assert main(["plan", "--json", "--root", str(root), "--config", str(cfg)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    states = {o["object"]: o["state"] for o in data["objects"]}
+    assert states == {
+        f"sriov pci={MLX5_PF}": "blocked",
+        "sriov name=enp94s0f0": "pending",
+        "rxe rxe0": "pending",
+    }
+    kinds = [a["kind"] for a in data["actions"]]
+    assert kinds == ["blocked", "bind-vf", "set-numvfs", "add-rxe"]
+
+
+def test_plan_with_bad_config_changes_nothing(
+    demo: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = demo
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[sriov]]\nnumvfs = -1\n")
+    before = sorted(p.name for p in root.rglob("*"))
+    assert main(["plan", "--root", str(root), "--config", str(bad)]) == 2
+    assert "sriov[0].pf: required key is missing" in capsys.readouterr().err
+    assert sorted(p.name for p in root.rglob("*")) == before
+
+
+def test_plan_on_this_host_with_nothing_declared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--config", str(tmp_path)]) == 0
+    assert "Nothing to do" in capsys.readouterr().out

@@ -1,0 +1,409 @@
+"""plan(): table tests for each rule, then properties over generated nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdmad.model import (
+    AddRxe,
+    BindVfDriver,
+    Blocked,
+    DeleteRxe,
+    Desired,
+    IbVfSettings,
+    LoadModule,
+    ModulesObserved,
+    NetdevObserved,
+    Observed,
+    PfObserved,
+    PlanState,
+    RdmaLinkObserved,
+    SetIbVf,
+    SetNumVfs,
+    SetVfSettings,
+    Usage,
+    Use,
+    VfObserved,
+    Waiting,
+)
+from rdmad.reconcile import plan
+from tests.support.simkernel import SimKernel, make_vfs
+
+PF = "0000:3b:00.0"
+HELD = Usage(Use.IN_USE, ("pid 4242 (qemu-system-x86) holds /dev/vfio/61",))
+UNKNOWN = Usage(Use.UNKNOWN, ("bound to mlx5_core but its netdev is not in this network namespace",))
+
+
+def desired(**doc: object) -> Desired:
+    return Desired.model_validate(doc)
+
+
+def pf(numvfs: int = 0, totalvfs: int = 8, ib: bool = False, netdev: str | None = "ens1f0",
+       usage: dict[int, Usage] | None = None) -> PfObserved:
+    base = PfObserved(
+        pci=PF, driver="mlx5_core", netdev=netdev, ifindex=5, mac="52:54:00:00:00:01",
+        perm_mac="52:54:00:00:00:01", numvfs=numvfs, totalvfs=totalvfs,
+        ib_device="mlx5_0" if ib else None,
+    )
+    vfs = make_vfs(base, numvfs)
+    if usage:
+        vfs = tuple(dataclasses.replace(v, usage=usage.get(v.index, v.usage)) for v in vfs)
+    return dataclasses.replace(base, vfs=vfs)
+
+
+def node(*pfs: PfObserved, rdma: tuple[RdmaLinkObserved, ...] = (),
+         modules: frozenset[str] = frozenset({"rdma_rxe"}), disabled: bool = False) -> Observed:
+    return Observed(
+        netdevs=(
+            NetdevObserved("eth0", 2, "52:54:00:ab:cd:ef", "52:54:00:ab:cd:ef", "0000:00:03.0", True),
+            NetdevObserved("veth1", 7, "ae:00:00:00:00:01", None, None, False),
+        ),
+        pfs=pfs,
+        rdma_links=rdma,
+        modules=ModulesObserved(modules, disabled),
+    )
+
+
+def sriov(numvfs: int, *vfs: dict[str, object], ref: dict[str, str] | None = None) -> dict[str, object]:
+    return {"pf": ref or {"pci": PF}, "numvfs": numvfs, "vf": list(vfs)}
+
+
+# --- SR-IOV rules ------------------------------------------------------------------------
+
+
+def test_converged_node_plans_nothing() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "spoofchk": True})])
+    assert plan(d, node(pf(numvfs=4)), PlanState()) == []
+
+
+def test_numvfs_from_zero_is_one_write() -> None:
+    [a] = plan(desired(sriov=[sriov(4)]), node(pf(numvfs=0)), PlanState())
+    assert isinstance(a, SetNumVfs) and (a.old, a.new) == (0, 4)
+    assert a.reason == "restore 4 VFs"
+
+
+@pytest.mark.parametrize(("old", "new"), [(4, 8), (4, 2)])
+def test_nonzero_change_goes_through_zero(old: int, new: int) -> None:
+    actions = plan(desired(sriov=[sriov(new)]), node(pf(numvfs=old)), PlanState())
+    assert [(a.old, a.new) for a in actions if isinstance(a, SetNumVfs)] == [(old, 0), (0, new)]
+    assert "must pass through 0" in actions[0].reason
+
+
+@pytest.mark.parametrize("usage", [HELD, UNKNOWN])
+def test_count_change_blocked_while_a_vf_is_used(usage: Usage) -> None:
+    actions = plan(desired(sriov=[sriov(0)]), node(pf(numvfs=4, usage={1: usage})), PlanState())
+    [a] = actions
+    assert isinstance(a, Blocked)
+    assert "VF 1" in a.reason and usage.holders[0] in a.reason
+
+
+def test_count_change_blocked_when_some_vfs_are_invisible() -> None:
+    p = pf(numvfs=4)
+    p = dataclasses.replace(p, vfs=p.vfs[:2])
+    [a] = plan(desired(sriov=[sriov(2)]), node(p), PlanState())
+    assert isinstance(a, Blocked) and "unknown" in a.reason
+
+
+def test_numvfs_above_totalvfs_is_blocked() -> None:
+    [a] = plan(desired(sriov=[sriov(9)]), node(pf(totalvfs=7)), PlanState())
+    assert isinstance(a, Blocked) and "exceeds sriov_totalvfs 7" in a.reason
+
+
+def test_missing_pf_waits() -> None:
+    [a] = plan(desired(sriov=[sriov(2, ref={"pci": "0000:99:00.0"})]), node(pf()), PlanState())
+    assert isinstance(a, Waiting) and "0000:99:00.0" in a.reason
+
+
+@pytest.mark.parametrize("ref", [{"name": "ens1f0"}, {"mac": "52:54:00:00:00:01"}, {"pci": PF}])
+def test_pf_matched_by_name_mac_or_pci(ref: dict[str, str]) -> None:
+    [a] = plan(desired(sriov=[sriov(2, ref=ref)]), node(pf()), PlanState())
+    assert isinstance(a, SetNumVfs) and a.pci == PF
+
+
+def test_two_declarations_of_one_pf_block_the_second() -> None:
+    d = desired(sriov=[sriov(2), sriov(2, ref={"name": "ens1f0"})])
+    actions = plan(d, node(pf()), PlanState())
+    assert isinstance(actions[0], SetNumVfs)
+    assert isinstance(actions[1], Blocked) and "already declared" in actions[1].reason
+
+
+def test_vf_settings_wait_for_the_count() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01"})])
+    actions = plan(d, node(pf(numvfs=0)), PlanState())
+    assert [type(a) for a in actions] == [SetNumVfs]
+
+
+def test_vf_settings_batched_per_pf() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3},
+                             {"index": 2, "trust": True, "link_state": "disable"})])
+    [a] = plan(d, node(pf(numvfs=4)), PlanState())
+    assert isinstance(a, SetVfSettings) and a.pf_netdev == "ens1f0"
+    assert {(c.vf, c.attr, c.new) for c in a.changes} == {
+        (0, "mac", "02:00:00:00:00:01"), (0, "vlan", 100), (0, "qos", 3),
+        (2, "trust", True), (2, "link_state", "disable"),
+    }
+
+
+def test_vf_not_appeared_yet_waits() -> None:
+    p = pf(numvfs=4)
+    p = dataclasses.replace(p, vfs=p.vfs[:1])
+    [a] = plan(desired(sriov=[sriov(4, {"index": 3, "trust": True})]), node(p), PlanState())
+    assert isinstance(a, Waiting) and "VF 3" in a.reason
+
+
+def test_unreadable_settings_wait_not_guess() -> None:
+    p = pf(numvfs=2)
+    p = dataclasses.replace(
+        p, vfs=tuple(dataclasses.replace(v, settings=None) for v in p.vfs),
+        settings_note="the kernel's VF list is truncated",
+    )
+    [a] = plan(desired(sriov=[sriov(2, {"index": 1, "trust": True})]), node(p), PlanState())
+    assert isinstance(a, Waiting) and "truncated" in a.reason
+
+
+def test_settings_without_pf_netdev_are_blocked() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "trust": True})])
+    actions = plan(d, node(pf(numvfs=2, netdev=None)), PlanState())
+    assert isinstance(actions[-1], Blocked) and "no netdev" in actions[-1].reason
+
+
+def test_driver_binding_only_when_free() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "driver": "vfio-pci"}, {"index": 1, "driver": "vfio-pci"})])
+    actions = plan(d, node(pf(numvfs=2, usage={1: HELD})), PlanState())
+    binds = [a for a in actions if isinstance(a, BindVfDriver)]
+    assert [b.vf_pci for b in binds] == [pf(numvfs=2).vfs[0].pci]
+    [blocked] = [a for a in actions if isinstance(a, Blocked)]
+    assert "VF 1" in blocked.reason and "pid 4242" in blocked.reason
+
+
+def test_ib_guids_rebind_free_vf() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "node_guid": "00:11:22:33:44:55:66:77"})])
+    [a] = plan(d, node(pf(numvfs=2, ib=True)), PlanState())
+    assert isinstance(a, SetIbVf) and a.rebind and a.ib_device == "mlx5_0"
+
+
+def test_ib_guid_on_used_vf_blocked_but_policy_applied() -> None:
+    d = desired(sriov=[sriov(2, {"index": 1, "node_guid": "00:11:22:33:44:55:66:77",
+                                 "policy": "Up"})])
+    actions = plan(d, node(pf(numvfs=2, ib=True, usage={1: HELD})), PlanState())
+    assert any(isinstance(a, Blocked) and "pid 4242" in a.reason for a in actions)
+    [ib] = [a for a in actions if isinstance(a, SetIbVf)]
+    assert [c.attr for c in ib.changes] == ["policy"] and not ib.rebind
+
+
+def test_ib_guid_with_driver_change_rebinds_once() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "node_guid": "00:11:22:33:44:55:66:77",
+                                 "driver": "vfio-pci"})])
+    actions = plan(d, node(pf(numvfs=2, ib=True)), PlanState())
+    assert [type(a) for a in actions] == [SetIbVf, BindVfDriver]
+    assert not actions[0].rebind  # type: ignore[attr-defined]
+
+
+def test_ib_settings_on_ethernet_pf_blocked() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "policy": "Up"})])
+    [a] = plan(d, node(pf(numvfs=2, ib=False)), PlanState())
+    assert isinstance(a, Blocked) and "InfiniBand" in a.reason
+
+
+def test_undeclared_pf_untouched() -> None:
+    assert plan(desired(), node(pf(numvfs=4, usage={0: HELD})), PlanState()) == []
+
+
+# --- rxe rules ---------------------------------------------------------------------------
+
+RXE = {"name": "rxe0", "netdev": {"name": "eth0"}}
+
+
+def test_rxe_created_on_existing_netdev() -> None:
+    [a] = plan(desired(rxe=[RXE]), node(), PlanState())
+    assert isinstance(a, AddRxe) and (a.name, a.netdev) == ("rxe0", "eth0")
+
+
+def test_rxe_created_on_down_netdev() -> None:
+    # The kernel accepts it; the port becomes ACTIVE when the netdev comes up (LAB.md).
+    [a] = plan(desired(rxe=[{"name": "rxe1", "netdev": {"name": "veth1"}}]), node(), PlanState())
+    assert isinstance(a, AddRxe)
+
+
+def test_rxe_loads_module_first() -> None:
+    actions = plan(desired(rxe=[RXE]), node(modules=frozenset()), PlanState())
+    assert [type(a) for a in actions] == [LoadModule, AddRxe]
+
+
+def test_rxe_module_loading_disabled() -> None:
+    [a] = plan(desired(rxe=[RXE]), node(modules=frozenset(), disabled=True), PlanState())
+    assert isinstance(a, Blocked) and "modules_disabled" in a.reason
+
+
+def test_rxe_present_is_converged() -> None:
+    link = RdmaLinkObserved("rxe0", "rxe", "eth0")
+    assert plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState()) == []
+
+
+def test_rxe_waits_for_netdev() -> None:
+    [a] = plan(desired(rxe=[{"name": "rxe0", "netdev": {"mac": "02:aa:00:00:00:01"}}]), node(),
+               PlanState())
+    assert isinstance(a, Waiting)
+
+
+def test_rxe_name_taken_by_non_rxe_device() -> None:
+    link = RdmaLinkObserved("rxe0", "mlx5_core", "ens1f0")
+    [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState())
+    assert isinstance(a, Blocked) and "not an rxe link" in a.reason
+
+
+def test_foreign_rxe_on_other_netdev_not_deleted() -> None:
+    link = RdmaLinkObserved("rxe0", "rxe", "veth1")
+    [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState())
+    assert isinstance(a, Blocked) and "not created by rdmad" in a.reason
+
+
+def test_managed_rxe_on_wrong_netdev_recreated() -> None:
+    link = RdmaLinkObserved("rxe0", "rxe", "veth1")
+    actions = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState(frozenset({"rxe0"})))
+    assert [type(a) for a in actions] == [DeleteRxe, AddRxe]
+
+
+def test_netdev_already_carries_other_rxe() -> None:
+    link = RdmaLinkObserved("other", "rxe", "eth0")
+    [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState())
+    assert isinstance(a, Blocked) and "'other'" in a.reason
+
+
+def test_stale_managed_rxe_removed_when_free() -> None:
+    link = RdmaLinkObserved("old", "rxe", "veth1")
+    [a] = plan(desired(), node(rdma=(link,)), PlanState(frozenset({"old"})))
+    assert isinstance(a, DeleteRxe) and a.name == "old"
+
+
+def test_stale_managed_rxe_in_use_kept() -> None:
+    link = RdmaLinkObserved("old", "rxe", "veth1", usage=HELD)
+    [a] = plan(desired(), node(rdma=(link,)), PlanState(frozenset({"old"})))
+    assert isinstance(a, Blocked) and "in use" in a.reason
+
+
+def test_unmanaged_rxe_never_removed() -> None:
+    link = RdmaLinkObserved("theirs", "rxe", "veth1")
+    assert plan(desired(), node(rdma=(link,)), PlanState()) == []
+
+
+def test_stale_rxe_freeing_the_netdev_allows_declared_one() -> None:
+    link = RdmaLinkObserved("old", "rxe", "eth0")
+    actions = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState(frozenset({"old"})))
+    assert [type(a) for a in actions] == [DeleteRxe, AddRxe]
+
+
+def test_no_rdma_netlink_blocks_rxe() -> None:
+    o = dataclasses.replace(node(), rdma_netlink=False)
+    [a] = plan(desired(rxe=[RXE]), o, PlanState())
+    assert isinstance(a, Blocked) and "NETLINK_RDMA" in a.reason
+
+
+# --- properties ----------------------------------------------------------------------------
+
+MACS = st.sampled_from(["02:00:00:00:00:01", "02:00:00:00:00:02", "0a:bc:de:f0:00:01"])
+GUIDS = st.sampled_from(["00:11:22:33:44:55:66:77", "00:00:00:00:00:00:00:01"])
+USAGE = st.sampled_from([Usage(Use.FREE), HELD, UNKNOWN])
+
+
+@st.composite
+def vf_specs(draw: st.DrawFn, index: int, ib: bool) -> dict[str, object]:
+    spec: dict[str, object] = {"index": index}
+    for key, strat in (
+        ("mac", MACS), ("spoofchk", st.booleans()), ("trust", st.booleans()),
+        ("link_state", st.sampled_from(["auto", "enable", "disable"])),
+        ("max_tx_rate", st.integers(0, 10000)), ("query_rss", st.booleans()),
+        ("driver", st.sampled_from(["vfio-pci", "vfdrv"])),
+    ):
+        if draw(st.booleans()):
+            spec[key] = draw(strat)
+    if draw(st.booleans()):
+        spec["vlan"] = draw(st.integers(0, 4094))
+        spec["qos"] = draw(st.integers(0, 7))
+    if ib and draw(st.booleans()):
+        spec["node_guid"] = draw(GUIDS)
+        spec["policy"] = draw(st.sampled_from(["Follow", "Up", "Down"]))
+    return spec
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Desired, Observed, PlanState]:
+    total = draw(st.integers(1, 8))
+    ib = draw(st.booleans())
+    current = draw(st.integers(0, total))
+    p = pf(numvfs=current, totalvfs=total, ib=ib)
+    p = dataclasses.replace(
+        p, vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs)
+    )
+    want = draw(st.integers(0, total))
+    indexes = draw(st.sets(st.integers(0, max(want - 1, 0)), max_size=want))
+    vfs = [draw(vf_specs(i, ib)) for i in sorted(indexes)] if want else []
+    rxe = [RXE] if draw(st.booleans()) else []
+    links: tuple[RdmaLinkObserved, ...] = ()
+    if draw(st.booleans()):
+        links = (RdmaLinkObserved("old", "rxe", "veth1", usage=draw(USAGE)),)
+    managed = frozenset({"old"}) if draw(st.booleans()) else frozenset()
+    d = desired(sriov=[sriov(want, *vfs)], rxe=rxe)
+    loaded = frozenset({"rdma_rxe"}) if draw(st.booleans()) else frozenset()
+    return d, node(p, rdma=links, modules=loaded), PlanState(managed)
+
+
+def converge(d: Desired, o: Observed, s: PlanState, passes: int = 6) -> tuple[SimKernel, list]:
+    kernel = SimKernel(o)
+    actions = plan(d, kernel.observed, s)
+    for _ in range(passes):
+        if not any(a.changes_kernel for a in actions):
+            break
+        kernel.apply_all(actions)
+        actions = plan(d, kernel.observed, s)
+    return kernel, actions
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_applying_plans_converges_and_hurts_nothing(case: tuple[Desired, Observed, PlanState]) -> None:
+    d, o, s = case
+    kernel, final = converge(d, o, s)
+    assert kernel.hurt == [], f"an in-use object was destroyed or rebound: {kernel.hurt}"
+    assert not any(a.changes_kernel for a in final), f"no fixed point: {final}"
+    busy = any(v.usage.busy for p in o.pfs for v in p.vfs) or any(
+        r.usage.busy for r in o.rdma_links
+    )
+    if not busy:
+        assert all(isinstance(a, Waiting) for a in final) or final == []
+        assert not any(isinstance(a, Blocked) for a in final), final
+
+
+@settings(max_examples=300)
+@given(scenarios())
+def test_plan_is_idempotent_once_converged(case: tuple[Desired, Observed, PlanState]) -> None:
+    d, o, s = case
+    kernel, final = converge(d, o, s)
+    assert plan(d, kernel.observed, s) == final
+
+
+@settings(max_examples=300)
+@given(scenarios())
+def test_plan_never_changes_count_of_pf_with_vfs_in_use(case: tuple[Desired, Observed, PlanState]) -> None:
+    d, o, s = case
+    used = {p.pci for p in o.pfs if any(v.usage.busy for v in p.vfs)}
+    for a in plan(d, o, s):
+        if isinstance(a, SetNumVfs):
+            assert a.pci not in used
+
+
+def test_plan_is_pure() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01"})], rxe=[RXE])
+    o = node(pf(numvfs=4, ib=True))
+    assert plan(d, o, PlanState()) == plan(d, o, PlanState())
+
+
+def test_ib_defaults_are_what_vfs_start_with() -> None:
+    # A sanity check on the simulated kernel the properties rely on.
+    assert make_vfs(pf(ib=True), 1)[0].ib == IbVfSettings(
+        "00:00:00:00:00:00:00:00", "00:00:00:00:00:00:00:00", "Follow"
+    )
