@@ -124,8 +124,10 @@ def action_json(action: Action) -> dict[str, Any]:
 
 def _print_plan(root: str, observed: Observed, actions: list[Action], statuses: list[Any]) -> None:
     where = "this host" if root == "/" else root
-    print(f"Observed {where}: {len(observed.pfs)} SR-IOV PF(s), "
-          f"{len(observed.rdma_links)} RDMA device(s), {len(observed.netdevs)} netdev(s)")
+    print(
+        f"Observed {where}: {len(observed.pfs)} SR-IOV PF(s), "
+        f"{len(observed.rdma_links)} RDMA device(s), {len(observed.netdevs)} netdev(s)"
+    )
     for note in observed.notes:
         print(f"  note: {note}")
     print()

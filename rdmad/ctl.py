@@ -37,7 +37,9 @@ def _get(sock_path: str, url: str, timeout: float) -> Any:
         resp = conn.getresponse()
         body = resp.read()
         if resp.status != 200:
-            raise RuntimeError(f"the daemon answered {resp.status}: {body.decode(errors='replace')}")
+            raise RuntimeError(
+                f"the daemon answered {resp.status}: {body.decode(errors='replace')}"
+            )
         return json.loads(body)
     finally:
         conn.close()
@@ -46,7 +48,9 @@ def _get(sock_path: str, url: str, timeout: float) -> Any:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rdmad-ctl", description="Ask the running rdmad daemon.")
     p.add_argument("--version", action="version", version=f"rdmad-ctl {__version__}")
-    p.add_argument("--socket", default=DEFAULT_SOCKET, help=f"API socket (default {DEFAULT_SOCKET})")
+    p.add_argument(
+        "--socket", default=DEFAULT_SOCKET, help=f"API socket (default {DEFAULT_SOCKET})"
+    )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(dest="command")
@@ -58,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = _get(args.socket, "/v1/status", args.timeout)
     except (FileNotFoundError, ConnectionRefusedError):
-        print(f"rdmad-ctl: rdmad is not running (nothing listens on {args.socket})", file=sys.stderr)
+        print(
+            f"rdmad-ctl: rdmad is not running (nothing listens on {args.socket})", file=sys.stderr
+        )
         return 1
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"rdmad-ctl: {exc}", file=sys.stderr)

@@ -118,15 +118,15 @@ def vf_usage(sysfs: Sysfs, files: OpenFiles, libvirt: dict[str, str], vf_pci: st
             holders.extend(f"{h} holds {node}" for h in files.held(node))
     if holders:
         return Usage(Use.IN_USE, tuple(holders))
-    if fn.driver is not None and fn.driver not in PASSTHROUGH_DRIVERS:
-        if not fn.netdevs and not fn.ib_devices:
-            return Usage(
-                Use.UNKNOWN,
-                (
-                    f"bound to {fn.driver} but its netdev is not in this network namespace "
-                    "(moved into a container?)",
-                ),
-            )
+    bound_to_kernel_driver = fn.driver is not None and fn.driver not in PASSTHROUGH_DRIVERS
+    if bound_to_kernel_driver and not fn.netdevs and not fn.ib_devices:
+        return Usage(
+            Use.UNKNOWN,
+            (
+                f"bound to {fn.driver} but its netdev is not in this network namespace "
+                "(moved into a container?)",
+            ),
+        )
     if files.unreadable:
         return _unknown(files)
     return FREE

@@ -24,9 +24,17 @@ DEV = "sys/devices/pci0000:00"
 class FakeSysfs:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        for d in ("sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/class/net",
-                  "sys/class/infiniband", "sys/class/infiniband_verbs", "sys/module",
-                  "sys/kernel/iommu_groups", "proc/sys/kernel", DEV):
+        for d in (
+            "sys/bus/pci/devices",
+            "sys/bus/pci/drivers",
+            "sys/class/net",
+            "sys/class/infiniband",
+            "sys/class/infiniband_verbs",
+            "sys/module",
+            "sys/kernel/iommu_groups",
+            "proc/sys/kernel",
+            DEV,
+        ):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self.write("proc/sys/kernel/modules_disabled", "0")
         self.write("proc/cmdline", "root=/dev/sda1 ro iommu=pt")
@@ -64,7 +72,9 @@ class FakeSysfs:
         if driver:
             self.bind(bdf, driver)
         if iommu_group is not None:
-            (self.root / f"sys/kernel/iommu_groups/{iommu_group}").mkdir(parents=True, exist_ok=True)
+            (self.root / f"sys/kernel/iommu_groups/{iommu_group}").mkdir(
+                parents=True, exist_ok=True
+            )
             self.write(f"sys/kernel/iommu_groups/{iommu_group}/type", "identity")
             self.link(f"{DEV}/{bdf}/iommu_group", f"../../../kernel/iommu_groups/{iommu_group}")
         return d
@@ -99,11 +109,19 @@ class FakeSysfs:
         self._ifindex += 1
         return self._ifindex
 
-    def ib_device(self, name: str, bdf: str | None, node_guid: str, netdev: str | None = None,
-                  link_layer: str = "InfiniBand") -> None:
+    def ib_device(
+        self,
+        name: str,
+        bdf: str | None,
+        node_guid: str,
+        netdev: str | None = None,
+        link_layer: str = "InfiniBand",
+    ) -> None:
         if bdf:
             base = f"{DEV}/{bdf}/infiniband/{name}"
-            self.link(f"sys/class/infiniband/{name}", f"../../devices/pci0000:00/{bdf}/infiniband/{name}")
+            self.link(
+                f"sys/class/infiniband/{name}", f"../../devices/pci0000:00/{bdf}/infiniband/{name}"
+            )
             self.link(f"{base}/device", f"../../../{bdf}")
         else:  # rxe: a virtual device with a 'parent' attribute naming its netdev
             base = f"sys/devices/virtual/infiniband/{name}"
@@ -164,7 +182,9 @@ def mlx5_node(root: Path) -> FakeSysfs:
     drivers = ("mlx5_core", "vfio-pci", "mlx5_core", None)
     for i, (bdf, drv) in enumerate(zip(MLX5_VFS, drivers, strict=True)):
         fs.vf(MLX5_PF, i, bdf, drv, iommu_group=60 + i)
-        fs.ib_vf("mlx5_0", MLX5_PF, i, "00:00:00:00:00:00:00:00", "00:00:00:00:00:00:00:00", "Follow")
+        fs.ib_vf(
+            "mlx5_0", MLX5_PF, i, "00:00:00:00:00:00:00:00", "00:00:00:00:00:00:00:00", "Follow"
+        )
         if drv == "mlx5_core":
             fs.ib_device(f"mlx5_{i + 2}", bdf, f"00:00:00:00:00:00:00:0{i}")
     fs.process(QEMU_PID, "qemu-system-x86", "/dev/vfio/61", "/dev/kvm")

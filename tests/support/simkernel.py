@@ -58,7 +58,9 @@ class SimKernel:
             self._replace_pf(action.pci, lambda pf: _ib(pf, action, self.hurt))
         elif isinstance(action, BindVfDriver):
             self.hurt.extend(
-                f"{v.pci} rebound" for pf in o.pfs for v in pf.vfs
+                f"{v.pci} rebound"
+                for pf in o.pfs
+                for v in pf.vfs
                 if v.pci == action.vf_pci and v.usage.busy
             )
             self.observed = dataclasses.replace(
@@ -138,8 +140,16 @@ def make_vfs(pf: PfObserved, count: int) -> tuple[VfObserved, ...]:
             driver="vfdrv",
             netdev=None,
             settings=VfSettings(
-                mac="00:00:00:00:00:00", vlan=0, qos=0, vlan_proto="802.1Q", spoofchk=True,
-                trust=False, link_state="auto", min_tx_rate=0, max_tx_rate=0, query_rss=False,
+                mac="00:00:00:00:00:00",
+                vlan=0,
+                qos=0,
+                vlan_proto="802.1Q",
+                spoofchk=True,
+                trust=False,
+                link_state="auto",
+                min_tx_rate=0,
+                max_tx_rate=0,
+                query_rss=False,
             ),
             ib=IbVfSettings(ZERO_GUID, ZERO_GUID, "Follow") if pf.ib_device else None,
         )

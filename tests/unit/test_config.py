@@ -87,37 +87,49 @@ def test_every_error_reported_with_file_and_path(tmp_path: Path) -> None:
 
 
 def test_duplicate_vf_index_and_index_beyond_numvfs(tmp_path: Path) -> None:
-    write(tmp_path, "rdmad.toml", """
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
 [[sriov]]
 pf = { pci = "0000:3b:00.0" }
 numvfs = 2
 vf = [ { index = 0 }, { index = 2 } ]
-""")
+""",
+    )
     [err] = errors_of(tmp_path)
     assert "sriov[0]: VF index 2 does not exist with numvfs = 2" in err
 
 
 def test_duplicate_vf_index_within_one_file(tmp_path: Path) -> None:
-    write(tmp_path, "rdmad.toml", """
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
 [[sriov]]
 pf = { pci = "0000:3b:00.0" }
 numvfs = 2
 vf = [ { index = 1, trust = true }, { index = 1, trust = false } ]
-""")
+""",
+    )
     # Same index in one list is merged like a drop-in would: the later entry wins.
     d = load(tmp_path).desired
     assert [(v.index, v.trust) for v in d.sriov[0].vf] == [(1, False)]
 
 
 def test_two_rxe_on_one_netdev(tmp_path: Path) -> None:
-    path = write(tmp_path, "rdmad.toml", """
+    path = write(
+        tmp_path,
+        "rdmad.toml",
+        """
 [[rxe]]
 name = "rxe0"
 netdev = { name = "eth0" }
 [[rxe]]
 name = "rxe1"
 netdev = { name = "eth0" }
-""")
+""",
+    )
     [err] = errors_of(tmp_path)
     assert err.startswith(f"{path}: rxe[1].netdev: netdev eth0 already carries rxe 'rxe0'")
 
@@ -131,7 +143,10 @@ def test_toml_syntax_error_does_not_hide_other_files(tmp_path: Path) -> None:
 
 
 def test_dropins_merge_by_identity_in_name_order(tmp_path: Path) -> None:
-    write(tmp_path, "rdmad.toml", """
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
 [daemon]
 settle = "100ms"
 drift_interval = "10m"
@@ -145,15 +160,23 @@ numvfs = 4
 index = 0
 mac = "02:00:00:00:00:01"
 trust = true
-""")
-    write(tmp_path, "rdmad.d/20-late.toml", """
+""",
+    )
+    write(
+        tmp_path,
+        "rdmad.d/20-late.toml",
+        """
 [daemon]
 settle = "300ms"
 [[sriov]]
 pf = { pci = "3b:00.0" }
 numvfs = 8
-""")
-    write(tmp_path, "rdmad.d/10-early.toml", """
+""",
+    )
+    write(
+        tmp_path,
+        "rdmad.d/10-early.toml",
+        """
 [daemon]
 settle = "200ms"
 [[rxe]]
@@ -167,7 +190,8 @@ trust = false
 [[sriov.vf]]
 index = 3
 spoofchk = false
-""")
+""",
+    )
     loaded = load(tmp_path)
     d = loaded.desired
     assert [Path(f).name for f in loaded.files] == ["rdmad.toml", "10-early.toml", "20-late.toml"]
@@ -182,18 +206,26 @@ spoofchk = false
 
 
 def test_error_in_dropin_names_the_dropin_path(tmp_path: Path) -> None:
-    write(tmp_path, "rdmad.toml", """
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
 [[sriov]]
 pf = { pci = "0000:3b:00.0" }
 numvfs = 4
-""")
-    drop = write(tmp_path, "rdmad.d/10-gpu.toml", """
+""",
+    )
+    drop = write(
+        tmp_path,
+        "rdmad.d/10-gpu.toml",
+        """
 [[sriov]]
 pf = { pci = "0000:3b:00.0" }
 [[sriov.vf]]
 index = 3
 mac = "01:00:5e:00:00:01"
-""")
+""",
+    )
     [err] = errors_of(tmp_path)
     assert err == (
         f"{drop}: sriov[0].vf[0].mac: not a unicast MAC (multicast bit set): '01:00:5e:00:00:01'"
@@ -223,4 +255,4 @@ def test_durations(value: object, seconds: float) -> None:
 
 
 def test_default_location_constant() -> None:
-    assert config.DEFAULT_DIR == Path("/etc/rdmad")
+    assert Path("/etc/rdmad") == config.DEFAULT_DIR

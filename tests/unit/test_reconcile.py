@@ -27,7 +27,6 @@ from rdmad.model import (
     SetVfSettings,
     Usage,
     Use,
-    VfObserved,
     Waiting,
 )
 from rdmad.reconcile import plan
@@ -35,18 +34,31 @@ from tests.support.simkernel import SimKernel, make_vfs
 
 PF = "0000:3b:00.0"
 HELD = Usage(Use.IN_USE, ("pid 4242 (qemu-system-x86) holds /dev/vfio/61",))
-UNKNOWN = Usage(Use.UNKNOWN, ("bound to mlx5_core but its netdev is not in this network namespace",))
+UNKNOWN = Usage(
+    Use.UNKNOWN, ("bound to mlx5_core but its netdev is not in this network namespace",)
+)
 
 
 def desired(**doc: object) -> Desired:
     return Desired.model_validate(doc)
 
 
-def pf(numvfs: int = 0, totalvfs: int = 8, ib: bool = False, netdev: str | None = "ens1f0",
-       usage: dict[int, Usage] | None = None) -> PfObserved:
+def pf(
+    numvfs: int = 0,
+    totalvfs: int = 8,
+    ib: bool = False,
+    netdev: str | None = "ens1f0",
+    usage: dict[int, Usage] | None = None,
+) -> PfObserved:
     base = PfObserved(
-        pci=PF, driver="mlx5_core", netdev=netdev, ifindex=5, mac="52:54:00:00:00:01",
-        perm_mac="52:54:00:00:00:01", numvfs=numvfs, totalvfs=totalvfs,
+        pci=PF,
+        driver="mlx5_core",
+        netdev=netdev,
+        ifindex=5,
+        mac="52:54:00:00:00:01",
+        perm_mac="52:54:00:00:00:01",
+        numvfs=numvfs,
+        totalvfs=totalvfs,
         ib_device="mlx5_0" if ib else None,
     )
     vfs = make_vfs(base, numvfs)
@@ -55,11 +67,17 @@ def pf(numvfs: int = 0, totalvfs: int = 8, ib: bool = False, netdev: str | None 
     return dataclasses.replace(base, vfs=vfs)
 
 
-def node(*pfs: PfObserved, rdma: tuple[RdmaLinkObserved, ...] = (),
-         modules: frozenset[str] = frozenset({"rdma_rxe"}), disabled: bool = False) -> Observed:
+def node(
+    *pfs: PfObserved,
+    rdma: tuple[RdmaLinkObserved, ...] = (),
+    modules: frozenset[str] = frozenset({"rdma_rxe"}),
+    disabled: bool = False,
+) -> Observed:
     return Observed(
         netdevs=(
-            NetdevObserved("eth0", 2, "52:54:00:ab:cd:ef", "52:54:00:ab:cd:ef", "0000:00:03.0", True),
+            NetdevObserved(
+                "eth0", 2, "52:54:00:ab:cd:ef", "52:54:00:ab:cd:ef", "0000:00:03.0", True
+            ),
             NetdevObserved("veth1", 7, "ae:00:00:00:00:01", None, None, False),
         ),
         pfs=pfs,
@@ -68,7 +86,9 @@ def node(*pfs: PfObserved, rdma: tuple[RdmaLinkObserved, ...] = (),
     )
 
 
-def sriov(numvfs: int, *vfs: dict[str, object], ref: dict[str, str] | None = None) -> dict[str, object]:
+def sriov(
+    numvfs: int, *vfs: dict[str, object], ref: dict[str, str] | None = None
+) -> dict[str, object]:
     return {"pf": ref or {"pci": PF}, "numvfs": numvfs, "vf": list(vfs)}
 
 
@@ -138,13 +158,23 @@ def test_vf_settings_wait_for_the_count() -> None:
 
 
 def test_vf_settings_batched_per_pf() -> None:
-    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3},
-                             {"index": 2, "trust": True, "link_state": "disable"})])
+    d = desired(
+        sriov=[
+            sriov(
+                4,
+                {"index": 0, "mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3},
+                {"index": 2, "trust": True, "link_state": "disable"},
+            )
+        ]
+    )
     [a] = plan(d, node(pf(numvfs=4)), PlanState())
     assert isinstance(a, SetVfSettings) and a.pf_netdev == "ens1f0"
     assert {(c.vf, c.attr, c.new) for c in a.changes} == {
-        (0, "mac", "02:00:00:00:00:01"), (0, "vlan", 100), (0, "qos", 3),
-        (2, "trust", True), (2, "link_state", "disable"),
+        (0, "mac", "02:00:00:00:00:01"),
+        (0, "vlan", 100),
+        (0, "qos", 3),
+        (2, "trust", True),
+        (2, "link_state", "disable"),
     }
 
 
@@ -158,7 +188,8 @@ def test_vf_not_appeared_yet_waits() -> None:
 def test_unreadable_settings_wait_not_guess() -> None:
     p = pf(numvfs=2)
     p = dataclasses.replace(
-        p, vfs=tuple(dataclasses.replace(v, settings=None) for v in p.vfs),
+        p,
+        vfs=tuple(dataclasses.replace(v, settings=None) for v in p.vfs),
         settings_note="the kernel's VF list is truncated",
     )
     [a] = plan(desired(sriov=[sriov(2, {"index": 1, "trust": True})]), node(p), PlanState())
@@ -172,7 +203,9 @@ def test_settings_without_pf_netdev_are_blocked() -> None:
 
 
 def test_driver_binding_only_when_free() -> None:
-    d = desired(sriov=[sriov(2, {"index": 0, "driver": "vfio-pci"}, {"index": 1, "driver": "vfio-pci"})])
+    d = desired(
+        sriov=[sriov(2, {"index": 0, "driver": "vfio-pci"}, {"index": 1, "driver": "vfio-pci"})]
+    )
     actions = plan(d, node(pf(numvfs=2, usage={1: HELD})), PlanState())
     binds = [a for a in actions if isinstance(a, BindVfDriver)]
     assert [b.vf_pci for b in binds] == [pf(numvfs=2).vfs[0].pci]
@@ -187,8 +220,9 @@ def test_ib_guids_rebind_free_vf() -> None:
 
 
 def test_ib_guid_on_used_vf_blocked_but_policy_applied() -> None:
-    d = desired(sriov=[sriov(2, {"index": 1, "node_guid": "00:11:22:33:44:55:66:77",
-                                 "policy": "Up"})])
+    d = desired(
+        sriov=[sriov(2, {"index": 1, "node_guid": "00:11:22:33:44:55:66:77", "policy": "Up"})]
+    )
     actions = plan(d, node(pf(numvfs=2, ib=True, usage={1: HELD})), PlanState())
     assert any(isinstance(a, Blocked) and "pid 4242" in a.reason for a in actions)
     [ib] = [a for a in actions if isinstance(a, SetIbVf)]
@@ -196,8 +230,9 @@ def test_ib_guid_on_used_vf_blocked_but_policy_applied() -> None:
 
 
 def test_ib_guid_with_driver_change_rebinds_once() -> None:
-    d = desired(sriov=[sriov(2, {"index": 0, "node_guid": "00:11:22:33:44:55:66:77",
-                                 "driver": "vfio-pci"})])
+    d = desired(
+        sriov=[sriov(2, {"index": 0, "node_guid": "00:11:22:33:44:55:66:77", "driver": "vfio-pci"})]
+    )
     actions = plan(d, node(pf(numvfs=2, ib=True)), PlanState())
     assert [type(a) for a in actions] == [SetIbVf, BindVfDriver]
     assert not actions[0].rebind  # type: ignore[attr-defined]
@@ -245,8 +280,9 @@ def test_rxe_present_is_converged() -> None:
 
 
 def test_rxe_waits_for_netdev() -> None:
-    [a] = plan(desired(rxe=[{"name": "rxe0", "netdev": {"mac": "02:aa:00:00:00:01"}}]), node(),
-               PlanState())
+    [a] = plan(
+        desired(rxe=[{"name": "rxe0", "netdev": {"mac": "02:aa:00:00:00:01"}}]), node(), PlanState()
+    )
     assert isinstance(a, Waiting)
 
 
@@ -314,9 +350,12 @@ USAGE = st.sampled_from([Usage(Use.FREE), HELD, UNKNOWN])
 def vf_specs(draw: st.DrawFn, index: int, ib: bool) -> dict[str, object]:
     spec: dict[str, object] = {"index": index}
     for key, strat in (
-        ("mac", MACS), ("spoofchk", st.booleans()), ("trust", st.booleans()),
+        ("mac", MACS),
+        ("spoofchk", st.booleans()),
+        ("trust", st.booleans()),
         ("link_state", st.sampled_from(["auto", "enable", "disable"])),
-        ("max_tx_rate", st.integers(0, 10000)), ("query_rss", st.booleans()),
+        ("max_tx_rate", st.integers(0, 10000)),
+        ("query_rss", st.booleans()),
         ("driver", st.sampled_from(["vfio-pci", "vfdrv"])),
     ):
         if draw(st.booleans()):
@@ -336,9 +375,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Desired, Observed, PlanState]:
     ib = draw(st.booleans())
     current = draw(st.integers(0, total))
     p = pf(numvfs=current, totalvfs=total, ib=ib)
-    p = dataclasses.replace(
-        p, vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs)
-    )
+    p = dataclasses.replace(p, vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs))
     want = draw(st.integers(0, total))
     indexes = draw(st.sets(st.integers(0, max(want - 1, 0)), max_size=want))
     vfs = [draw(vf_specs(i, ib)) for i in sorted(indexes)] if want else []
@@ -365,7 +402,9 @@ def converge(d: Desired, o: Observed, s: PlanState, passes: int = 6) -> tuple[Si
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
-def test_applying_plans_converges_and_hurts_nothing(case: tuple[Desired, Observed, PlanState]) -> None:
+def test_applying_plans_converges_and_hurts_nothing(
+    case: tuple[Desired, Observed, PlanState],
+) -> None:
     d, o, s = case
     kernel, final = converge(d, o, s)
     assert kernel.hurt == [], f"an in-use object was destroyed or rebound: {kernel.hurt}"
@@ -388,7 +427,9 @@ def test_plan_is_idempotent_once_converged(case: tuple[Desired, Observed, PlanSt
 
 @settings(max_examples=300)
 @given(scenarios())
-def test_plan_never_changes_count_of_pf_with_vfs_in_use(case: tuple[Desired, Observed, PlanState]) -> None:
+def test_plan_never_changes_count_of_pf_with_vfs_in_use(
+    case: tuple[Desired, Observed, PlanState],
+) -> None:
     d, o, s = case
     used = {p.pci for p in o.pfs if any(v.usage.busy for v in p.vfs)}
     for a in plan(d, o, s):
