@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return EXIT_INPUT
-    handler = {"check-config": cmd_check_config, "plan": cmd_plan}[args.command]
+    handler = {"check-config": cmd_check_config, "plan": cmd_plan, "run": cmd_run}[args.command]
     return handler(args)
 
 
@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
         help="observe the sysfs/procfs tree under this directory instead of the host",
     )
     pl.add_argument("--json", action="store_true", help="machine-readable output")
+    rn = sub.add_parser("run", help="run the daemon (in the foreground, as systemd expects)")
+    _config_arg(rn)
+    rn.add_argument("--foreground", action="store_true", help="accepted; always the case")
+    rn.add_argument("--dry-run", action="store_true", help="log the actions, change nothing")
+    rn.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
+    rn.add_argument("--log-format", choices=["auto", "json", "logfmt", "console"], default=None)
     return p
 
 
@@ -110,6 +116,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         _print_plan(args.root, observed, actions, statuses)
     return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rdmad import daemon
+
+    opts = daemon.RunOptions(args.config, args.dry_run, args.log_level, args.log_format)
+    return daemon.run(opts)
 
 
 def action_json(action: Action) -> dict[str, Any]:

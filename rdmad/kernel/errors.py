@@ -44,5 +44,5 @@ class KernelError(Exception):
         if self.errno is None:
             return f"{what}: {self.detail}" if self.detail else what
         words = _HINTS.get(self.errno) or os.strerror(self.errno)
-        extra = f"; {self.detail}" if self.detail and self.detail.lower() not in words else ""
+        extra = f"; {self.detail}" if self.detail and self.detail.lower() not in words.lower() else ""
         return f"{what}: {words} ({self.errno_name}){extra}"

@@ -189,7 +189,9 @@ class RdmaNetlink:
 
     async def _request(self, op: int, attrs: list[tuple[str, Any]], flags: int = 0) -> list[Any]:
         replies = await self._nl.request(nldev_type(op), flags, payload(op, attrs))
-        return [decode_reply(r) for r in replies if r.type == nldev_type(op)]
+        # Any nldev reply counts: the kernel answers PORT_GET with a message typed
+        # CMD_GET (nldev_port_get_doit), so matching on the request's type loses it.
+        return [decode_reply(r) for r in replies if r.type >> 10 == RDMA_NL_NLDEV]
 
     async def devices(self) -> list[tuple[int, str]]:
         """(index, name) of every RDMA device."""

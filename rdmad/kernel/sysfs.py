@@ -96,11 +96,12 @@ class Sysfs:
         """Write one value the way `echo value > file` does, raising the kernel's errno.
 
         Opened without O_CREAT: writing to an attribute that does not exist is
-        an error (ENOENT), never a new file.
+        an error (ENOENT), never a new file. O_TRUNC as the shell's `>` does: the
+        kernel ignores it, and a fake tree then holds exactly the value written.
         """
         target = self.path(rel)
         try:
-            fd = os.open(target, os.O_WRONLY)
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
         except OSError as exc:
             raise KernelError(op or "write", str(rel), exc.errno, exc.strerror or "") from exc
         try:

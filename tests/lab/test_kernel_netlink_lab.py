@@ -3,10 +3,8 @@
 Each test runs one Python script inside the guest (rdmad installed there by the lab
 harness) that does the kernel work and prints a JSON verdict; the host asserts on it.
 
-UNVERIFIED: written before tests/lab/conftest.py existed. It assumes the harness offers a
-``lab_guest`` fixture with ``run(argv, timeout=...)`` returning an object with ``returncode``,
-``stdout``, ``stderr``, and an ``install_rdmad(guest)`` helper (which may return the guest
-python to use). Adjust ``_guest_python`` if the harness API differs.
+Uses the harness's ``lab_guest`` fixture and ``install_rdmad(guest)``, which returns the
+guest python that has rdmad and its dependencies.
 """
 
 from __future__ import annotations
@@ -55,6 +53,8 @@ _PRELUDE = textwrap.dedent(
         write(f"/sys/kernel/debug/netdevsim/netdevsim{dev_id}/max_vfs", max(numvfs, 4))
         write(f"{base}/sriov_numvfs", 0)
         write(f"{base}/sriov_numvfs", numvfs)
+        # udev renames the new netdev (eth1 -> eni...); read its name once udev is done.
+        sh("udevadm settle --timeout=30")
         deadline = time.monotonic() + 10
         while not glob.glob(f"{base}/net/*") and time.monotonic() < deadline:
             time.sleep(0.05)

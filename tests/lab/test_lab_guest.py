@@ -7,7 +7,7 @@ import time
 import tomllib
 
 import pytest
-from harness import REPO_ROOT, VENV, Guest, GuestTimeout
+from harness import REPO_ROOT, VENV, Guest, GuestTimeout, rewrite_exec_start
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -84,3 +84,19 @@ def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> 
     assert g.numvfs(pf) == 0
     assert g.vf_bdfs(pf) == []
     assert g.rdma_links() == []
+
+
+@pytest.mark.parametrize(
+    ("exec_start", "expected"),
+    [
+        ("ExecStart=/usr/bin/rdmad --config /etc/rdmad/rdmad.toml",
+         "ExecStart=/usr/local/bin/rdmad --config /etc/rdmad/rdmad.toml"),
+        ("ExecStart=/usr/bin/python3 -m rdmad.cli run", "ExecStart=/usr/local/bin/rdmad run"),
+        ("ExecStart=/usr/local/bin/rdmad", "ExecStart=/usr/local/bin/rdmad"),
+        ("ExecStartPre=/usr/bin/true", "ExecStartPre=/usr/bin/true"),
+    ],
+)
+def test_rewrite_exec_start_points_the_unit_at_the_wrapper(exec_start: str, expected: str) -> None:
+    # Pure host-side check of install_rdmad()'s unit rewriting: needs no guest.
+    unit = f"[Service]\nType=notify\n{exec_start}\n"
+    assert rewrite_exec_start(unit) == f"[Service]\nType=notify\n{expected}\n"

@@ -81,7 +81,7 @@ def test_plan_json_is_what_the_text_says(
         "rxe rxe0": "pending",
     }
     kinds = [a["kind"] for a in data["actions"]]
-    assert kinds == ["blocked", "bind-vf", "set-numvfs", "add-rxe"]
+    assert kinds == ["set-ib-vf", "blocked", "bind-vf", "set-numvfs", "add-rxe"]
 
 
 def test_plan_with_bad_config_changes_nothing(

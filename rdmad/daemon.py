@@ -1,0 +1,201 @@
+"""The daemon: wiring only. Config, logging, signals, sd_notify, host, event sources -> agent.
+
+Order matters: the event sources subscribe before the first observation, so
+nothing that happens between "looked" and "listening" is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from rdmad import config, logs
+from rdmad.agent import Agent, AgentOptions, Host
+from rdmad.clock import SystemClock
+from rdmad.model import DaemonSpec
+from rdmad.state import StateStore
+from rdmad.triggers import Trigger, TriggerQueue
+
+log = structlog.get_logger("rdmad.daemon")
+
+EXIT_OK, EXIT_FAIL = 0, 1
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+DEFAULT_STATE_DIR = DaemonSpec().state_dir
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    config: Path = config.DEFAULT_DIR
+    dry_run: bool = False
+    log_level: str | None = None  # None: [daemon] log_level from the config
+    log_format: str | None = None
+
+
+class SdNotifier:
+    """sd_notify through the sdnotify library; a no-op when NOTIFY_SOCKET is unset."""
+
+    def __init__(self) -> None:
+        self._sock = None
+        if os.environ.get("NOTIFY_SOCKET"):
+            import sdnotify
+
+            self._sock = sdnotify.SystemdNotifier()
+
+    def notify(self, state: str) -> None:
+        if self._sock is not None:
+            # sdnotify encodes latin-1 and silently drops what does not fit.
+            self._sock.notify(state.encode("latin-1", "replace").decode("latin-1"))
+
+
+def watchdog_interval() -> float | None:
+    """Half of WATCHDOG_USEC, if systemd asked for pings from this process."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return int(usec) / 2e6
+    except ValueError:
+        return None
+
+
+def read_boot_id() -> str:
+    try:
+        with open(BOOT_ID) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+class _Source:
+    """An async iterable of Triggers with a name (for status when it stops)."""
+
+    def __init__(self, name: str, gen: AsyncIterator[Trigger]) -> None:
+        self.name = name
+        self._gen = gen
+
+    def __aiter__(self) -> AsyncIterator[Trigger]:
+        return self._gen
+
+
+async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
+    from rdmad.kernel.udev import UdevMonitor
+
+    assert isinstance(monitor, UdevMonitor)
+    async for e in monitor:
+        yield Trigger(
+            "udev",
+            e.describe(),
+            # A rename or removal makes names in a plan made before it unreliable.
+            stale=e.action in ("move", "remove", "resync"),
+            driver=e.subsystem == "module" or (e.subsystem == "pci" and e.action != "add"),
+        )
+
+
+async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
+    from rdmad.kernel.netlink import LinkEventStream
+
+    assert isinstance(stream, LinkEventStream)
+    async for e in stream:
+        renamed = e.old_name is not None and e.old_name != e.name
+        what = f"{e.kind} {e.name or e.ifindex}" + (f" (was {e.old_name})" if renamed else "")
+        yield Trigger("netlink", what, stale=renamed or e.kind in ("del", "resync"))
+
+
+def _event_sources() -> tuple[list[_Source], list[object]]:
+    """Subscribe to udev and rtnetlink link events now; (sources, things to close)."""
+    sources: list[_Source] = []
+    closers: list[object] = []
+    try:
+        from rdmad.kernel.udev import UdevMonitor
+
+        monitor = UdevMonitor()
+        monitor.start()
+        sources.append(_Source("udev", _udev_triggers(monitor)))
+        closers.append(monitor)
+    except Exception as exc:  # no udev (container): rtnetlink and drift still work
+        log.warning("source.unavailable", source="udev", error=str(exc))
+    try:
+        from rdmad.kernel.netlink import RtNetlink
+
+        stream = RtNetlink().events()
+        sources.append(_Source("rtnetlink", _link_triggers(stream)))
+        closers.append(stream)
+    except Exception as exc:
+        log.warning("source.unavailable", source="rtnetlink", error=str(exc))
+    return sources, closers
+
+
+def _make_host(dry_run: bool) -> tuple[Host, object]:
+    from rdmad.kernel.host import KernelHost, RecordingHost
+
+    kernel = KernelHost("/")
+    if dry_run:
+        return RecordingHost(kernel.observe), kernel
+    return kernel, kernel
+
+
+def _initial_spec(location: Path) -> DaemonSpec:
+    try:
+        return config.load(location).desired.daemon
+    except config.ConfigInvalid:
+        return DaemonSpec()  # the agent reports the errors
+
+
+def _state_dir(spec: DaemonSpec) -> str:
+    # systemd's StateDirectory= says where; an explicit [daemon] state_dir wins.
+    env = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if spec.state_dir == DEFAULT_STATE_DIR and env:
+        return env
+    return spec.state_dir
+
+
+async def serve(opts: RunOptions) -> int:
+    spec = _initial_spec(opts.config)
+    logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
+    notifier = SdNotifier()
+    clock = SystemClock()
+    queue = TriggerQueue(clock)
+    sources, closers = _event_sources()  # before the first observation
+    host, kernel = _make_host(opts.dry_run)
+    agent = Agent(
+        host,
+        lambda: config.load(opts.config),
+        clock=clock,
+        queue=queue,
+        state_store=StateStore(_state_dir(spec)),
+        notifier=notifier,
+        sources=sources,
+        boot_id=read_boot_id(),
+        options=AgentOptions(dry_run=opts.dry_run, watchdog_interval=watchdog_interval()),
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, agent.stop)
+    loop.add_signal_handler(signal.SIGINT, agent.stop)
+    loop.add_signal_handler(signal.SIGHUP, agent.request_reload)
+    log.info(
+        "daemon.start",
+        pid=os.getpid(),
+        config=str(opts.config),
+        dry_run=opts.dry_run,
+        watchdog=agent.options.watchdog_interval,
+    )
+    try:
+        await agent.run()
+    finally:
+        for thing in (*closers, kernel):
+            close = getattr(thing, "close", None)
+            if close is not None:
+                close()
+    log.info("daemon.exit", status=agent.status.current.summary())
+    return EXIT_OK
+
+
+def run(opts: RunOptions) -> int:
+    return asyncio.run(serve(opts))

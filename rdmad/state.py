@@ -1,0 +1,133 @@
+"""What rdmad remembers across restarts, in ``STATE_DIR/state.json``.
+
+Which rxe links it created (so it may delete them when undeclared), the last
+change per object (what, when, why), last errors, recent history and the
+boot_id of the run that wrote it. The file is never needed to be correct: a
+missing or corrupt file is reported and rebuilt (rdmad then owns nothing and
+loses only history), never fatal.
+
+Writes are atomic: a temp file in the same directory, fsync, rename over the
+old file, fsync the directory; a crash leaves the old or the new file, not half.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdmad.status import HistoryEntry
+
+FILENAME = "state.json"
+VERSION = 1
+HISTORY_KEPT = 200
+
+
+@dataclass(slots=True)
+class State:
+    boot_id: str = ""
+    managed_rxe: set[str] = field(default_factory=set)
+    # object -> {"what", "at", "reason", "cause"} of the last change applied to it
+    applied: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # object -> {"error", "at", "failures"} of its last failure
+    last_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    history: list[HistoryEntry] = field(default_factory=list)
+    started_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "boot_id": self.boot_id,
+            "started_at": self.started_at,
+            "managed_rxe": sorted(self.managed_rxe),
+            "applied": self.applied,
+            "last_errors": self.last_errors,
+            "history": [h.to_json() for h in self.history[-HISTORY_KEPT:]],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> State:
+        if not isinstance(data, dict):
+            raise ValueError("top level is not an object")
+        if data.get("version") != VERSION:
+            raise ValueError(f"unknown version {data.get('version')!r}")
+        managed = data.get("managed_rxe", [])
+        if not isinstance(managed, list) or not all(isinstance(m, str) for m in managed):
+            raise ValueError("managed_rxe is not a list of names")
+        applied = data.get("applied", {})
+        errors = data.get("last_errors", {})
+        if not isinstance(applied, dict) or not isinstance(errors, dict):
+            raise ValueError("applied/last_errors are not objects")
+        return cls(
+            boot_id=str(data.get("boot_id", "")),
+            managed_rxe=set(managed),
+            applied=applied,
+            last_errors=errors,
+            history=[HistoryEntry.from_json(h) for h in data.get("history", [])],
+            started_at=float(data.get("started_at", 0.0)),
+        )
+
+
+class StateStore:
+    """Load and save ``State``; every problem is returned as words, never raised."""
+
+    def __init__(self, directory: str | os.PathLike[str], filename: str = FILENAME) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / filename
+
+    def load(self) -> tuple[State | None, str | None]:
+        """(state, None); (None, None) when there is no file yet; (None, problem) when corrupt."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"state file {self.path} cannot be read ({exc.strerror}); starting afresh"
+        try:
+            return State.from_json(json.loads(raw)), None
+        except (ValueError, KeyError, TypeError) as exc:
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            try:
+                os.replace(self.path, aside)
+                kept = f"kept as {aside}"
+            except OSError as move_exc:
+                kept = f"could not move it aside: {move_exc.strerror}"
+            return None, f"state file {self.path} is corrupt ({exc}); {kept}; rebuilding it"
+
+    def save(self, state: State) -> str | None:
+        """Write atomically; the error in words if that failed (the daemon carries on)."""
+        data = json.dumps(state.to_json(), indent=1, sort_keys=True, default=str).encode()
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)  # the rename itself must survive a crash
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            return f"state file {self.path} not written: {exc.strerror or exc}"
+        return None
+
+
+def start_kind(previous: State | None, boot_id: str, problem: str | None) -> str:
+    """boot / restart / first-start: how this run relates to the one that wrote the state."""
+    if previous is None:
+        return "unknown (state rebuilt)" if problem else "first-start"
+    if not boot_id or not previous.boot_id:
+        return "unknown (no boot_id)"
+    return "restart" if previous.boot_id == boot_id else "boot"

@@ -1,0 +1,136 @@
+"""Triggers: the only way anything asks the agent to look at the kernel again.
+
+Event sources, the drift timer, signals and (later) the API each ``put()`` a
+``Trigger``; the agent ``take()``s everything pending as one ``Batch``. A batch
+is an aggregate, not a list: a driver reload's thousand uevents cost a counter
+increment each, and memory stays bounded however long a burst lasts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rdmad.clock import Clock
+
+MAX_DETAILS = 8  # examples kept per batch, for logs and history
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """Why the kernel should be looked at again.
+
+    ``source``: udev, netlink, rdma, drift, api, sighup, startup, retry, followup, deadline.
+    ``stale``: names may have changed (rename, removal, lost events): a plan made
+    before it must not be applied further. ``driver``: a module or PCI driver came
+    or went (history tells a driver reload from other causes by it).
+    """
+
+    source: str
+    detail: str = ""
+    at: float = 0.0  # monotonic time of arrival; 0 = "now" when put
+    reload: bool = False
+    stale: bool = False
+    driver: bool = False
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything that arrived since the last ``take()``."""
+
+    first_at: float
+    last_at: float
+    count: int = 0
+    sources: Counter[str] = field(default_factory=Counter)
+    details: list[str] = field(default_factory=list)
+    reload: bool = False
+    stale: bool = False
+    driver: bool = False
+
+    def add(self, t: Trigger) -> None:
+        self.count += 1
+        self.first_at = min(self.first_at, t.at)
+        self.last_at = max(self.last_at, t.at)
+        self.sources[t.source] += 1
+        if t.detail and len(self.details) < MAX_DETAILS:
+            self.details.append(f"{t.source}: {t.detail}")
+        self.reload |= t.reload
+        self.stale |= t.stale
+        self.driver |= t.driver
+
+    def merge(self, other: Batch) -> None:
+        self.count += other.count
+        self.first_at = min(self.first_at, other.first_at)
+        self.last_at = max(self.last_at, other.last_at)
+        self.sources.update(other.sources)
+        room = MAX_DETAILS - len(self.details)
+        self.details.extend(other.details[: max(0, room)])
+        self.reload |= other.reload
+        self.stale |= other.stale
+        self.driver |= other.driver
+
+    def describe(self) -> str:
+        return ", ".join(f"{s} x{n}" if n > 1 else s for s, n in sorted(self.sources.items()))
+
+
+class TriggerQueue:
+    """Many producers, one consumer (the agent). Non-blocking ``put`` from the loop thread."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._batch: Batch | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+        self.total = 0  # triggers ever put (metrics, tests)
+
+    def put(self, trigger: Trigger) -> None:
+        if trigger.at == 0.0:
+            now = self.clock.monotonic()
+            trigger = Trigger(
+                trigger.source,
+                trigger.detail,
+                now,
+                trigger.reload,
+                trigger.stale,
+                trigger.driver,
+            )
+        if self._batch is None:
+            self._batch = Batch(trigger.at, trigger.at)
+        self._batch.add(trigger)
+        self.total += 1
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+
+    @property
+    def pending(self) -> Batch | None:
+        """The batch collected so far (not taken)."""
+        return self._batch
+
+    def take(self) -> Batch | None:
+        batch, self._batch = self._batch, None
+        return batch
+
+    def wake(self) -> None:
+        """Wake a ``wait`` without a trigger (stop requested)."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(False)
+
+    async def wait(self, deadline: float | None = None) -> bool:
+        """Until a trigger is pending (True), the deadline passes or ``wake()`` (False)."""
+        if self._batch is not None:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+
+        def expire() -> None:
+            if not waiter.done():
+                waiter.set_result(False)
+
+        timer = self.clock.call_at(deadline, expire) if deadline is not None else None
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._waiter = None

@@ -1,0 +1,101 @@
+"""The real daemon process: sd_notify READY/STATUS/WATCHDOG, SIGHUP reload, SIGTERM exit 0.
+
+Runs `rdmad run` with an empty config on this host (it only reads the kernel)
+and plays systemd's side of NOTIFY_SOCKET. Waits are on datagrams with deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Systemd:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.got: list[str] = []
+
+    def expect(self, pred: str, timeout: float = 30.0) -> str:
+        """Wait for a message containing ``pred``; return it."""
+        for msg in self.got:
+            if pred in msg:
+                self.got.remove(msg)
+                return msg
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {pred!r} from the daemon in {timeout} s: {self.got}")
+            self.sock.settimeout(left)
+            msg = self.sock.recv(65536).decode()
+            if pred in msg:
+                return msg
+            self.got.append(msg)
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path) -> Iterator[tuple[Path, Systemd, dict[str, str]]]:
+    cfg = tmp_path / "etc"
+    cfg.mkdir()
+    (cfg / "rdmad.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    sd = Systemd(tmp_path / "notify.sock")
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="400000")
+    env.pop("WATCHDOG_PID", None)
+    yield cfg, sd, env
+    sd.sock.close()
+
+
+def test_ready_status_watchdog_reload_and_term(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+) -> None:
+    cfg, sd, env = daemon_env
+    log = (tmp_path / "daemon.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rdmad.cli",
+            "run",
+            "--foreground",
+            "--config",
+            str(cfg),
+            "--log-format",
+            "json",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        ready = sd.expect("READY=1")
+        assert "STATUS=nothing declared" in ready
+        sd.expect("WATCHDOG=1", timeout=5)
+
+        (cfg / "rdmad.toml").write_text("[daemon]\nsettle = 'soon'\n")
+        proc.send_signal(signal.SIGHUP)
+        sd.expect("RELOADING=1")
+        assert "config invalid (1 error(s)), last good kept" in sd.expect("READY=1")
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        sd.expect("STOPPING=1", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+    text = (tmp_path / "daemon.log").read_text()
+    assert "config.invalid" in text and "settle" in text
+    assert (tmp_path / "state" / "state.json").is_file()

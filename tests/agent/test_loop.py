@@ -1,0 +1,216 @@
+"""The agent loop against a fake host and a fake clock: no test sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+
+from rdmad.model import AddRxe, ObjectState
+from rdmad.triggers import Trigger
+
+from .conftest import FakeHost, RigFactory, desired, spin, until
+
+
+async def test_first_trigger_on_idle_loop_starts_a_pass_at_once(rig: RigFactory) -> None:
+    r = await rig().start()
+    await r.idle()
+    before = len(r.agent.passes)
+    r.agent.trigger("udev", "add net eth3")
+    await until(lambda: len(r.agent.passes) == before + 1, "leading-edge pass")
+    p = r.agent.passes[-1]
+    assert p.started - p.first_trigger_at == 0.0  # no settle delay on the leading edge
+    await r.stop()
+
+
+async def test_burst_of_1000_events_costs_at_most_3_passes(rig: RigFactory) -> None:
+    r = await rig().start()
+    await r.idle()
+    before = len(r.agent.passes)
+    # 1,000 uevents over 0.5 s of (fake) time, as a driver reload sends them.
+    for i in range(1000):
+        r.agent.trigger("udev", f"add net eth{i}")
+        if i % 10 == 9:
+            await r.advance(0.005)
+    await r.idle()
+    passes = len(r.agent.passes) - before
+    assert 1 <= passes <= 3, [p.triggers for p in list(r.agent.passes)[before:]]
+    assert sum(p.triggers for p in list(r.agent.passes)[before:]) == 1000
+    await r.stop()
+
+
+async def test_instant_burst_during_a_pass_merges_into_one_follow_up(rig: RigFactory) -> None:
+    host = FakeHost()
+    r = rig(host=host)
+    await r.start()
+    await r.idle()
+    before = len(r.agent.passes)
+
+    def burst() -> None:
+        if len(r.agent.passes) == before:  # during the leading-edge pass only
+            for i in range(1000):
+                r.agent.trigger("netlink", f"change {i}")
+
+    host.on_observe = burst
+    r.agent.trigger("udev", "first")
+    await r.idle()
+    assert len(r.agent.passes) - before == 2
+    await r.stop()
+
+
+async def test_trigger_within_settle_waits_for_quiet_then_one_pass(rig: RigFactory) -> None:
+    r = await rig(desired(settle="150ms")).start()
+    await r.idle()
+    before = len(r.agent.passes)
+    r.agent.trigger("udev", "a")
+    await until(lambda: len(r.agent.passes) == before + 1)
+    await r.advance(0.05)
+    r.agent.trigger("udev", "b")  # within the settle window after the pass
+    await r.advance(0.1)
+    assert len(r.agent.passes) == before + 1  # still settling
+    await r.advance(0.06)
+    assert len(r.agent.passes) == before + 2
+    p = r.agent.passes[-1]
+    assert abs((p.started - p.first_trigger_at) - 0.15) < 0.02
+    await r.stop()
+
+
+async def test_converges_and_verifies_then_rests(rig: RigFactory) -> None:
+    r = await rig(desired(("rxe0", "eth0"), ("rxe1", "eth1"))).start()
+    await r.idle()
+    assert r.host.links == {"rxe0": "eth0", "rxe1": "eth1"}
+    states = {o.obj: o.state for o in r.agent.status.current.objects}
+    assert states == {"rxe rxe0": ObjectState.CONVERGED, "rxe rxe1": ObjectState.CONVERGED}
+    # One pass applied, one verified; nothing since, however long we wait short of drift.
+    n = len(r.agent.passes)
+    await r.advance(100.0, step=10.0)
+    assert len(r.agent.passes) == n
+    assert r.agent.state.managed_rxe == {"rxe0", "rxe1"}
+    await r.stop()
+
+
+async def test_drift_timer_observes_again(rig: RigFactory) -> None:
+    r = await rig(desired(("rxe0", "eth0"), drift_interval="5m")).start()
+    await r.idle()
+    n = len(r.agent.passes)
+    r.host.links.clear()  # someone deleted it; no event told us
+    await r.advance(301.0, step=10.0)
+    await r.idle()
+    assert any(p.cause == "drift" for p in list(r.agent.passes)[n:])
+    assert r.host.links == {"rxe0": "eth0"}
+    await r.stop()
+
+
+async def test_backoff_grows_and_is_capped(rig: RigFactory) -> None:
+    host = FakeHost(fail={"rxe0": errno.EBUSY})
+    r = rig(desired(("rxe0", "eth0")), host=host, backoff_base=1.0, backoff_cap=8.0)
+    await r.start()
+    attempts: list[float] = []
+    seen = 0
+    for _ in range(400):  # 40 s of fake time in 0.1 s steps
+        adds = [a for a in host.applied if isinstance(a, AddRxe)]
+        if len(adds) > seen:
+            attempts.extend([r.clock.now] * (len(adds) - seen))
+            seen = len(adds)
+        await r.advance(0.1)
+    gaps = [round(b - a, 1) for a, b in itertools.pairwise(attempts)]
+    # Sampled every 0.1 s of fake time, so each gap is exact to one step.
+    for got, want in zip(gaps, [1.0, 2.0, 4.0, 8.0], strict=False):
+        assert abs(got - want) <= 0.11, gaps
+    assert len(gaps) >= 6 and all(abs(g - 8.0) <= 0.11 for g in gaps[4:]), gaps  # capped
+    status = {o.obj: o for o in r.agent.status.current.objects}["rxe rxe0"]
+    assert status.state is ObjectState.DEGRADED
+    assert "EBUSY" in (status.last_error or "")
+    assert status.failures == len(attempts)
+    await r.stop()
+
+
+async def test_degraded_object_does_not_block_others(rig: RigFactory) -> None:
+    host = FakeHost(fail={"rxe0": errno.EBUSY})
+    r = rig(desired(("rxe0", "eth0"), ("rxe1", "eth1"), ("rxe2", "eth2")), host=host)
+    await r.start()
+    await r.idle()
+    assert host.links == {"rxe1": "eth1", "rxe2": "eth2"}
+    states = {o.obj: o.state for o in r.agent.status.current.objects}
+    assert states["rxe rxe0"] is ObjectState.DEGRADED
+    assert states["rxe rxe1"] is ObjectState.CONVERGED
+    assert states["rxe rxe2"] is ObjectState.CONVERGED
+    assert "rxe rxe0" in r.agent.status.current.summary()
+    # Recovery: the failure goes away, the retry converges it and it says so.
+    del host.fail["rxe0"]
+    await r.advance(10.0, step=0.5)
+    await r.idle()
+    assert host.links["rxe0"] == "eth0"
+    assert any(h.event == "recovered" for h in r.agent.status.history())
+    await r.stop()
+
+
+async def test_applied_but_not_taking_effect_is_a_failure(rig: RigFactory) -> None:
+    host = FakeHost(ignore={"rxe0"})
+    r = rig(desired(("rxe0", "eth0")), host=host)
+    await r.start()
+    await r.idle()
+    adds = [a for a in host.applied if isinstance(a, AddRxe)]
+    # ~40 s of fake time: backoff 1, 2, 4, 8, 16 s between attempts, not a tight loop.
+    assert 2 <= len(adds) <= 6
+    o = r.agent.status.current.objects[0]
+    assert o.state is ObjectState.DEGRADED
+    assert "still shows the old state" in (o.last_error or "")
+    await r.stop()
+
+
+async def test_stale_trigger_mid_pass_stops_applying_and_reobserves(rig: RigFactory) -> None:
+    host = FakeHost()
+    host.gate = asyncio.Event()
+    r = rig(desired(("rxe0", "eth0"), ("rxe1", "eth1")), host=host)
+    task_started = r.start()
+    t = asyncio.get_running_loop().create_task(task_started)
+    await until(lambda: host.in_apply, "first apply")
+    r.agent.queue.put(Trigger("udev", "move net eth1 (was eth9)", stale=True))
+    host.gate.set()
+    await t
+    assert [a.name for a in host.applied if isinstance(a, AddRxe)] == ["rxe0"]
+    await r.idle()
+    assert host.links == {"rxe0": "eth0", "rxe1": "eth1"}
+    await r.stop()
+
+
+async def test_sigterm_mid_apply_finishes_the_action_then_exits(rig: RigFactory) -> None:
+    host = FakeHost()
+    host.gate = asyncio.Event()
+    r = rig(desired(("rxe0", "eth0"), ("rxe1", "eth1")), host=host)
+    run = asyncio.get_running_loop().create_task(r.agent.run())
+    await until(lambda: host.in_apply, "apply in flight")
+    r.agent.stop()
+    await spin()
+    assert not run.done()  # the action in flight is not abandoned
+    host.gate.set()
+    await asyncio.wait_for(run, 5)
+    assert host.links == {"rxe0": "eth0"}  # finished, and nothing after it
+    assert r.notes.count("STOPPING=1") == 1
+    # The state file has what was applied.
+    assert r.agent.state_store is not None
+    saved, problem = r.agent.state_store.load()
+    assert problem is None and saved is not None and saved.managed_rxe == {"rxe0"}
+
+
+async def test_dry_run_changes_nothing_and_logs_what_it_would_do(rig: RigFactory) -> None:
+    host = FakeHost()
+    r = rig(desired(("rxe0", "eth0")), host=host, dry_run=True)
+
+    async def recording(action: object) -> object:
+        from .conftest import FakeResult, FakeWrite
+
+        return FakeResult((FakeWrite("rdma link rxe0", None, "rxe on eth0", dry_run=True),))
+
+    host.apply = recording  # type: ignore[method-assign,assignment]
+    await r.start()
+    await r.idle()
+    assert host.links == {}
+    assert len(r.agent.passes) == 1  # no follow-up: nothing changed
+    assert r.agent.ready
+    hist = [h for h in r.agent.status.history() if h.event == "recorded"]
+    assert hist and hist[0].what == "rdma link rxe0: unset -> rxe on eth0"
+    assert r.agent.status.current.pending_actions
+    assert not (r.agent.state_store.path.exists() if r.agent.state_store else False)
+    await r.stop()

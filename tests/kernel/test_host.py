@@ -1,0 +1,507 @@
+"""KernelHost.apply() of every action kind, and observe(), on fake sysfs trees.
+
+A fake sysfs file just stores what is written, so error paths use real errnos:
+the target is a directory (EISDIR), missing (ENOENT), or a FIFO nobody reads (a
+write that never returns). Binding is emulated by ``KernelishSysfs``, which does
+what the kernel does on driver_override/unbind/drivers_probe writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from rdmad.kernel import host as host_mod
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.host import KernelHost, Outcome, RecordingHost
+from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.model import (
+    AddRxe,
+    BindVfDriver,
+    Blocked,
+    DeleteRxe,
+    LoadModule,
+    RdmaLinkObserved,
+    SetIbVf,
+    SetNumVfs,
+    SetVfSettings,
+    VfChange,
+    VfSettings,
+    Waiting,
+)
+from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
+
+IGB_NUMVFS = f"{PCI_DEVICES}/{IGB_PF}/sriov_numvfs"
+
+
+class KernelishSysfs(Sysfs):
+    """A fake tree that binds and unbinds like the kernel does on those writes."""
+
+    def write(self, rel: str, value: str, *, op: str | None = None) -> None:
+        super().write(rel, value, op=op)
+        pci = value.strip()
+        if rel.endswith("/unbind"):
+            link = self.path(f"{DEV}/{pci}/driver")
+            if link.is_symlink():
+                link.unlink()
+        elif rel == "sys/bus/pci/drivers_probe":
+            override = self.read(f"{PCI_DEVICES}/{pci}/driver_override")
+            driver = override if override not in (None, "", "(null)") else "mlx5_core"
+            if self.exists(f"sys/bus/pci/drivers/{driver}"):
+                os.symlink(f"../../../bus/pci/drivers/{driver}", self.path(f"{DEV}/{pci}/driver"))
+
+
+class FakeRtnl:
+    def __init__(self, links: list[LinkInfo], refuse: Mapping[str, int] | None = None) -> None:
+        self._links = links
+        self.refuse = dict(refuse or {})
+        self.calls: list[tuple[int | str, list[VfChange], Mapping[int, VfSettings]]] = []
+
+    async def links(self) -> list[LinkInfo]:
+        return list(self._links)
+
+    async def set_vf_settings(
+        self, link: int | str, changes: Sequence[VfChange], current: Mapping[int, VfSettings]
+    ) -> list[VfChangeResult]:
+        self.calls.append((link, list(changes), current))
+        return [
+            VfChangeResult(
+                c,
+                KernelError(f"set vf {c.vf} {c.attr}", str(link), self.refuse[c.attr])
+                if c.attr in self.refuse
+                else None,
+            )
+            for c in changes
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+class FakeRdma:
+    def __init__(self, ok: bool = True, fail: KernelError | None = None) -> None:
+        self.ok = ok
+        self.fail = fail
+        self.reason: str | None = None if ok else "the kernel has no RDMA netlink (NETLINK_RDMA)"
+        self.made: dict[str, str] = {}
+        self.probes = 0
+
+    def available(self) -> bool:
+        self.probes += 1
+        return self.ok
+
+    async def links(self) -> list[RdmaLinkObserved]:
+        return [RdmaLinkObserved(n, None, d) for n, d in self.made.items()]
+
+    async def add_link(self, name: str, link_type: str, netdev: str) -> None:
+        if self.fail:
+            raise self.fail
+        self.made[name] = netdev
+
+    async def delete_link(self, name: str) -> None:
+        if self.fail:
+            raise self.fail
+        del self.made[name]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    mlx5_node(tmp_path)
+    return tmp_path
+
+
+def make_host(root: Path, **kw: object) -> KernelHost:
+    host = KernelHost(root, **kw)  # type: ignore[arg-type]
+    host.sysfs = KernelishSysfs(root)
+    return host
+
+
+def fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+# --- SetNumVfs ----------------------------------------------------------------------------
+
+
+async def test_set_numvfs_writes_logs_and_records(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+    host = make_host(tree)
+    action = SetNumVfs("sriov name=enp94s0f0", "restore 7 VFs", pci=IGB_PF, old=0, new=7)
+    with caplog.at_level(logging.INFO, "rdmad.kernel"):
+        result = await host.apply(action)
+    assert result.outcome is Outcome.APPLIED and result.ok and not result.errors
+    assert (tree / IGB_NUMVFS).read_text() == "7"
+    [record] = host.records
+    assert (record.target, record.old, record.new, record.reason) == (
+        f"{IGB_PF} sriov_numvfs", 0, 7, "restore 7 VFs"
+    )
+    assert f"{IGB_PF} sriov_numvfs: 0 -> 7 (restore 7 VFs): ok" in caplog.text
+
+
+async def test_set_numvfs_kernel_errors_reach_the_user(tree: Path) -> None:
+    host = make_host(tree)
+    target = tree / DEV / IGB_PF / "sriov_numvfs"
+    target.unlink()
+    target.mkdir()
+    result = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+    assert result.outcome is Outcome.FAILED and not result.ok
+    [error] = result.errors
+    assert error.errno == errno.EISDIR
+    assert str(error) == f"set sriov_numvfs 7 on {IGB_NUMVFS}: Is a directory (EISDIR)"
+    gone = await host.apply(SetNumVfs("o", "r", pci="0000:99:00.0", old=0, new=2))
+    assert gone.errors[0].errno == errno.ENOENT
+    assert "no such file or device (ENOENT)" in str(gone.errors[0])
+    assert len(host.records) == 2 and not any(r.ok for r in host.records)
+
+
+async def test_set_numvfs_read_back_mismatch_is_an_error(tree: Path) -> None:
+    class Stubborn(KernelishSysfs):
+        def write(self, rel: str, value: str, *, op: str | None = None) -> None:
+            super().write(rel, "3" if rel.endswith("sriov_numvfs") else value, op=op)
+
+    host = KernelHost(tree)
+    host.sysfs = Stubborn(tree)
+    result = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+    assert "the write returned but sriov_numvfs reads 3" in str(result.errors[0])
+
+
+async def test_long_numvfs_write_logs_progress_and_hits_its_deadline(
+    tree: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO nobody reads blocks open(): a write the kernel never finishes."""
+    path = tree / IGB_NUMVFS
+    fifo(path)
+    monkeypatch.setattr(host_mod, "PROGRESS_EVERY", 0.05)
+    host = make_host(tree, numvfs_deadline=0.3)
+    try:
+        with caplog.at_level(logging.INFO, "rdmad.kernel"):
+            result = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+    finally:
+        # Let the blocked thread finish: open the read end and drain it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.close(fd)
+    [error] = result.errors
+    assert error.errno == errno.ETIMEDOUT
+    assert "still running after 0.3 s" in str(error)
+    assert "set sriov_numvfs 7 still in progress after" in caplog.text
+
+
+# --- SetVfSettings ----------------------------------------------------------------------------
+
+
+def pf_link(vfs: Mapping[int, VfSettings]) -> LinkInfo:
+    return LinkInfo("enp94s0f0", 3, "52:54:00:12:34:56", None, True, "up", None, len(vfs), vfs)
+
+
+async def test_set_vf_settings_reports_per_attribute(tree: Path) -> None:
+    current = {0: VfSettings(mac="00:00:00:00:00:00", vlan=5, qos=1)}
+    rtnl = FakeRtnl([pf_link(current)], refuse={"link_state": errno.EOPNOTSUPP})
+    host = make_host(tree, rtnl=rtnl)
+    await host.observe()  # the snapshot the planner would have used
+    changes = (
+        VfChange(0, "mac", "00:00:00:00:00:00", "02:00:00:00:00:01"),
+        VfChange(0, "link_state", "auto", "enable"),
+    )
+    action = SetVfSettings("o", "declared", pci=IGB_PF, pf_netdev="enp94s0f0", changes=changes)
+    result = await host.apply(action)
+    assert result.outcome is Outcome.PARTIAL and not result.ok
+    [error] = result.errors
+    assert str(error) == (
+        "set vf 0 link_state on enp94s0f0: operation not supported by the driver (EOPNOTSUPP)"
+    )
+    assert [(w.target, w.ok) for w in result.writes] == [
+        ("enp94s0f0 vf 0 mac", True),
+        ("enp94s0f0 vf 0 link_state", False),
+    ]
+    [(link, sent, cur)] = rtnl.calls
+    assert link == "enp94s0f0" and sent == list(changes) and cur[0].vlan == 5
+
+
+async def test_set_vf_settings_without_netlink_fails_clearly(tree: Path) -> None:
+    host = make_host(tree)
+    action = SetVfSettings("o", "r", pci=IGB_PF, pf_netdev="enp94s0f0",
+                           changes=(VfChange(0, "trust", False, True),))
+    result = await host.apply(action)
+    assert result.outcome is Outcome.FAILED
+    assert "no rtnetlink here" in str(result.errors[0])
+
+
+# --- SetIbVf --------------------------------------------------------------------------------------
+
+
+def ib_action(rebind: bool) -> SetIbVf:
+    return SetIbVf(
+        "sriov pci=0000:3b:00.0",
+        "declared GUIDs",
+        pci=MLX5_PF,
+        ib_device="mlx5_0",
+        vf=0,
+        vf_pci=MLX5_VFS[0],
+        changes=(
+            VfChange(0, "node_guid", "00:00:00:00:00:00:00:00", "00:11:22:33:44:55:66:77"),
+            VfChange(0, "policy", "Follow", "Up"),
+        ),
+        rebind=rebind,
+    )
+
+
+async def test_set_ib_vf_writes_guids_then_rebinds(tree: Path) -> None:
+    host = make_host(tree)
+    result = await host.apply(ib_action(rebind=True))
+    assert result.outcome is Outcome.APPLIED, result.describe()
+    base = tree / DEV / MLX5_PF / "sriov/0"
+    assert (base / "node").read_text() == "00:11:22:33:44:55:66:77"
+    assert (base / "policy").read_text() == "Up"
+    assert [(w.target, w.old, w.new) for w in result.writes] == [
+        ("mlx5_0 vf 0 node_guid", "00:00:00:00:00:00:00:00", "00:11:22:33:44:55:66:77"),
+        ("mlx5_0 vf 0 policy", "Follow", "Up"),
+        (f"{MLX5_VFS[0]} driver", "mlx5_core", None),
+        (f"{MLX5_VFS[0]} driver", "mlx5_core", "mlx5_core"),
+    ]
+    assert (tree / "sys/bus/pci/drivers_probe").read_text() == MLX5_VFS[0]
+
+
+async def test_set_ib_vf_failed_guid_write_skips_the_rebind(tree: Path) -> None:
+    node = tree / DEV / MLX5_PF / "sriov/0/node"
+    node.unlink()
+    node.mkdir()
+    host = make_host(tree)
+    result = await host.apply(ib_action(rebind=True))
+    assert result.outcome is Outcome.PARTIAL
+    assert str(result.errors[0]) == (
+        f"set vf 0 node_guid on sys/class/infiniband/mlx5_0/device/sriov/0/node: "
+        "Is a directory (EISDIR)"
+    )
+    assert result.note == "not re-bound: a GUID write failed"
+    assert not any(w.target.endswith(" driver") for w in result.writes)
+
+
+async def test_rebind_unbind_refused(tree: Path) -> None:
+    unbind = tree / "sys/bus/pci/drivers/mlx5_core/unbind"
+    unbind.unlink()
+    unbind.mkdir()
+    result = await make_host(tree).apply(ib_action(rebind=True))
+    assert "unbind from mlx5_core" in str(result.errors[-1]) and "EISDIR" in str(result.errors[-1])
+
+
+# --- BindVfDriver ------------------------------------------------------------------------------
+
+
+async def test_bind_unbound_vf_to_vfio(tree: Path) -> None:
+    host = make_host(tree)
+    vf = MLX5_VFS[3]  # unbound in the demo tree
+    result = await host.apply(BindVfDriver("o", "declared", vf_pci=vf, old=None, new="vfio-pci"))
+    assert result.outcome is Outcome.APPLIED, result.describe()
+    assert Sysfs(tree).link_name(f"{PCI_DEVICES}/{vf}/driver") == "vfio-pci"
+    assert [(w.target, w.old, w.new) for w in result.writes] == [
+        (f"{vf} driver_override", None, "vfio-pci"),
+        (f"{vf} driver", None, "vfio-pci"),
+    ]
+
+
+async def test_rebind_from_vfio_to_mlx5(tree: Path) -> None:
+    host = make_host(tree)
+    vf = MLX5_VFS[1]
+    result = await host.apply(BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="mlx5_core"))
+    assert result.outcome is Outcome.APPLIED, result.describe()
+    assert [w.target for w in result.writes] == [
+        f"{vf} driver_override", f"{vf} driver", f"{vf} driver"
+    ]
+    assert Sysfs(tree).link_name(f"{PCI_DEVICES}/{vf}/driver") == "mlx5_core"
+
+
+async def test_bind_that_does_not_take_says_so(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host_mod, "BIND_DEADLINE", 0.1)
+    host = KernelHost(tree)  # plain fake tree: nothing binds
+    result = await host.apply(
+        BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci")
+    )
+    assert result.outcome is Outcome.PARTIAL
+    assert str(result.errors[0]) == (
+        f"probe drivers on {MLX5_VFS[3]}: bound to no driver 0.1 s after drivers_probe, "
+        "not vfio-pci (is vfio-pci loaded, and does it claim this device?)"
+    )
+
+
+async def test_bind_override_write_refused(tree: Path) -> None:
+    path = tree / DEV / MLX5_VFS[3] / "driver_override"
+    path.unlink()
+    result = await make_host(tree).apply(
+        BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci")
+    )
+    assert result.outcome is Outcome.FAILED and len(result.writes) == 1
+    assert str(result.errors[0]).startswith("set driver_override on ")
+    assert "(ENOENT)" in str(result.errors[0])
+
+
+async def test_bind_loads_a_missing_driver_and_reports_modprobe(tree: Path) -> None:
+    fake = tree / "fake-modprobe"
+    fake.write_text("#!/bin/sh\necho 'modprobe: FATAL: Module vfio_pci not found.' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    host = make_host(tree, modprobe_program=str(fake))
+    result = await host.apply(BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="igbvf"))
+    assert result.outcome is Outcome.FAILED
+    assert result.note == "driver igbvf is not available"
+    assert str(result.errors[0]) == "modprobe igbvf: modprobe: FATAL: Module vfio_pci not found."
+
+
+# --- LoadModule --------------------------------------------------------------------------------
+
+
+async def test_load_module_ok_and_refused(tree: Path) -> None:
+    ok = tree / "ok-modprobe"
+    ok.write_text("#!/bin/sh\nexit 0\n")
+    ok.chmod(0o755)
+    host = make_host(tree, modprobe_program=str(ok))
+    result = await host.apply(LoadModule("rxe rxe0", "rxe links need rdma_rxe", module="nvidia"))
+    assert result.outcome is Outcome.APPLIED
+    assert (result.writes[0].old, result.writes[0].new) == ("not loaded", "loaded")
+    (tree / "proc/sys/kernel/modules_disabled").write_text("1\n")
+    refused = await host.apply(LoadModule("o", "r", module="nvidia"))
+    assert refused.outcome is Outcome.FAILED
+    assert str(refused.errors[0]) == (
+        "modprobe nvidia: operation not permitted (not root, or locked down) (EPERM); "
+        "module loading is disabled until reboot (/proc/sys/kernel/modules_disabled = 1)"
+    )
+
+
+async def test_load_module_real_modprobe_missing_module(tree: Path) -> None:
+    name = f"rdmad_nosuch_{uuid.uuid4().hex[:6]}"
+    result = await make_host(tree).apply(LoadModule("o", "r", module=name))
+    assert f"modprobe: FATAL: Module {name} not found" in str(result.errors[0])
+
+
+# --- rxe -------------------------------------------------------------------------------------------
+
+
+async def test_add_and_delete_rxe(tree: Path) -> None:
+    rdma = FakeRdma()
+    host = make_host(tree, rdma=rdma)
+    added = await host.apply(AddRxe("rxe rxe0", "declared", name="rxe0", netdev="eth0"))
+    assert added.outcome is Outcome.APPLIED and rdma.made == {"rxe0": "eth0"}
+    observed = await host.observe()
+    assert observed.rdma_link("rxe0") is not None
+    deleted = await host.apply(DeleteRxe("rxe rxe0", "no longer declared", name="rxe0"))
+    assert deleted.outcome is Outcome.APPLIED and rdma.made == {}
+    assert (deleted.writes[0].old, deleted.writes[0].new) == ("rxe on eth0", None)
+
+
+async def test_rxe_errors(tree: Path) -> None:
+    failing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
+    result = await make_host(tree, rdma=failing).apply(
+        AddRxe("o", "r", name="rxe0", netdev="eth0")
+    )
+    assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: already exists (EEXIST)"
+    none = await make_host(tree, rdma=FakeRdma(ok=False)).apply(DeleteRxe("o", "r", name="rxe0"))
+    assert str(none.errors[0]) == (
+        "delete RDMA link rxe0: protocol not supported by the driver (EPROTONOSUPPORT); "
+        "the kernel has no RDMA netlink (NETLINK_RDMA)"
+    )
+    fake_root = await KernelHost(tree).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
+    assert "no RDMA netlink here" in str(fake_root.errors[0])
+
+
+# --- not applied, dry run, observe -------------------------------------------------------------
+
+
+async def test_blocked_and_waiting_change_nothing(tree: Path) -> None:
+    host = make_host(tree)
+    for action in (Blocked("o", "VF 1 held by pid 4242"), Waiting("o", "no VFs yet")):
+        result = await host.apply(action)
+        assert result.outcome is Outcome.NOT_APPLIED and result.ok
+        assert action.reason in result.note
+    assert host.records == []
+
+
+async def test_recording_host_changes_nothing(tree: Path) -> None:
+    real = make_host(tree)
+    dry = RecordingHost(real.observe)
+    observed = await dry.observe()
+    assert observed.pfs and dry.last is observed
+    before = (tree / IGB_NUMVFS).read_text()
+    result = await dry.apply(SetNumVfs("o", "restore", pci=IGB_PF, old=0, new=7))
+    assert result.outcome is Outcome.RECORDED and result.ok
+    assert (tree / IGB_NUMVFS).read_text() == before
+    assert [(r.target, r.old, r.new, r.dry_run) for r in dry.records] == [
+        (f"{IGB_PF} sriov_numvfs", 0, 7, True)
+    ]
+    assert (await dry.apply(Waiting("o", "later"))).outcome is Outcome.NOT_APPLIED
+    assert real.records == []
+
+
+async def test_observe_uses_netlink_link_info_and_rdma(tree: Path) -> None:
+    vfs = {0: VfSettings(mac="02:00:00:00:00:01", trust=True)}
+    igb = pf_link(vfs)
+    rdma = FakeRdma()
+    rdma.made["rxe0"] = "eth0"
+    host = make_host(tree, rtnl=FakeRtnl([igb]), rdma=rdma)
+    observed = await host.observe()
+    await host.observe()
+    assert rdma.probes == 1, "RDMA netlink is probed once, not every pass"
+    # Only enp94s0f0 is in the fake netlink: the names disagree, so it retried and said so.
+    assert "netdevs kept changing while being observed" in observed.notes
+    pf = next(p for p in observed.pfs if p.pci == IGB_PF)
+    assert pf.ifindex == 3 and pf.operstate_up is True
+    rxe = observed.rdma_link("rxe0")
+    assert rxe is not None and rxe.netdev == "eth0"
+    assert observed.rdma_netlink
+
+
+async def test_observe_without_rdma_netlink(tree: Path) -> None:
+    host = make_host(tree, rdma=FakeRdma(ok=False))
+    observed = await host.observe()
+    assert not observed.rdma_netlink
+    assert any("NETLINK_RDMA" in n for n in observed.notes)
+    # RDMA devices still come from sysfs
+    assert observed.rdma_link("mlx5_0") is not None
+
+
+# --- a real kernel refusal through RtNetlink -------------------------------------------------------
+
+
+@pytest.fixture
+def netns_veth() -> Iterator[str]:
+    ns = f"rdmad-h-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "rdh0", "type", "veth", "peer", "name", "rdh1"],
+            check=True,
+        )
+        yield ns
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+async def test_vf_settings_on_a_veth_get_the_kernels_refusal(tree: Path, netns_veth: str) -> None:
+    rtnl = RtNetlink(netns_veth)
+    host = make_host(tree, rtnl=rtnl)
+    try:
+        action = SetVfSettings(
+            "o", "r", pci=IGB_PF, pf_netdev="rdh0",
+            changes=(VfChange(0, "mac", None, "02:00:00:00:00:09"),
+                     VfChange(0, "trust", None, True)),
+        )
+        result = await host.apply(action)
+    finally:
+        host.close()
+    assert result.outcome is Outcome.FAILED
+    assert len(result.errors) == 2
+    for error in result.errors:
+        assert error.errno is not None
+        assert str(error).startswith("set vf 0 ") and " on rdh0: " in str(error)

@@ -1,0 +1,85 @@
+"""rdmad under systemd in the guest: READY, STATUS, reacting to the kernel, SIGHUP reload, stop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from harness import Guest
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+
+CONFIG = """\
+[daemon]
+settle = "150ms"
+
+[[rxe]]
+name = "rxe0"
+netdev = { name = "labd0" }
+"""
+
+
+def _show(guest: Guest, prop: str) -> str:
+    return guest.check(f"systemctl show -p {prop} --value rdmad.service").strip()
+
+
+def _write_config(guest: Guest, text: str) -> None:
+    guest.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=text.encode())
+
+
+@pytest.fixture
+def daemon_guest(guest: Guest) -> Iterator[Guest]:
+    report = guest.install_rdmad()
+    assert report.unit_installed, "systemd/rdmad.service was not installed"
+    guest.check("ip link add labd0 type veth peer name labd1")
+    _write_config(guest, CONFIG)
+    yield guest
+    guest.run(
+        "systemctl stop rdmad.service; rm -rf /etc/rdmad /var/lib/rdmad; "
+        "ip link del labd0; systemctl reset-failed rdmad.service",
+        timeout=360,
+    )
+
+
+def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:
+    g = daemon_guest
+    # Type=notify: `systemctl start` returns only after READY=1.
+    g.check("systemctl start rdmad.service", timeout=300)
+    assert _show(g, "ActiveState") == "active"
+    status = _show(g, "StatusText")
+    assert "1 object(s), 1 converged" in status, status
+    links = {(lk["ifname"], lk.get("netdev")) for lk in g.rdma_links()}
+    assert ("rxe0", "labd0") in links
+
+    # The kernel loses the link: an event brings it back (the daemon is already running).
+    g.check("rdma link delete rxe0")
+    g.wait_for("rdma link show rxe0 2>/dev/null | grep -q labd0", timeout=30)
+
+    # SIGHUP with a broken config: last good kept, errors in STATUS and the journal.
+    _write_config(g, CONFIG + "\n[[sriov]]\nnumvfs = -1\n")
+    g.check("systemctl reload rdmad.service")
+    g.wait_for(
+        "systemctl show -p StatusText --value rdmad.service | grep -q 'config invalid'", timeout=60
+    )
+    assert _show(g, "ActiveState") == "active"
+    journal = g.check("journalctl -b -u rdmad.service --no-pager -o cat")
+    assert "config.invalid" in journal and "sriov[0]" in journal
+    assert "rxe0" in {lk["ifname"] for lk in g.rdma_links()}
+
+    # A good config again clears the errors.
+    _write_config(g, CONFIG)
+    g.check("systemctl reload rdmad.service")
+    g.wait_for(
+        "! systemctl show -p StatusText --value rdmad.service | grep -q 'config invalid'",
+        timeout=60,
+    )
+
+    # Journald-friendly: no timestamp of our own on the lines.
+    assert "timestamp=" not in journal
+
+    # SIGTERM: clean exit 0, state written.
+    g.check("systemctl stop rdmad.service", timeout=360)
+    assert _show(g, "Result") == "success"
+    assert _show(g, "ExecMainStatus") == "0"
+    state = g.json("cat /var/lib/rdmad/state.json")
+    assert "rxe0" in state["managed_rxe"]
