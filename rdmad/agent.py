@@ -4,8 +4,9 @@
 
 * Leading edge: the first trigger on an idle loop starts a pass at once. Triggers
   arriving during a pass or within ``settle`` after it are merged into ONE
-  follow-up pass, started once no trigger came for ``settle`` seconds (bounded
-  by ``settle_max`` so an endless stream cannot starve the loop).
+  follow-up pass at the end of that window; a burst (many triggers) waits for
+  ``settle`` of quiet instead, bounded by ``settle_max`` so an endless stream
+  cannot starve the loop.
 * After a pass that changed the kernel, a follow-up pass verifies it (bounded
   by ``max_followups``); an action applied successfully that the next pass
   plans again did not take effect and counts as a failure.
@@ -106,6 +107,7 @@ Planner = Callable[[Desired, Observed, PlanState], list[Action]]
 class AgentOptions:
     settle: float = 0.15
     settle_max: float = 2.0  # a continuous stream of triggers still gets a pass this often
+    burst: int = 8  # this many pending triggers make a burst: wait for quiet, not the window
     drift_interval: float = 300.0
     drift_jitter: float = 0.1  # ± fraction, so a fleet does not observe in lockstep
     startup_timeout: float = 30.0  # READY=1 at the latest this long after start
@@ -276,16 +278,24 @@ class Agent:
         log.info("agent.stopped", passes=len(self.passes))
 
     async def _settle(self, pass_end: float) -> None:
-        """Return when the follow-up pass should start, or when the loop is idle again."""
+        """Return when the follow-up pass should start, or when the loop is idle again.
+
+        The window is ``settle`` after the pass: what arrives during the pass or in
+        it is answered by one follow-up at its end, so a lone event waits at most
+        ``settle``. A burst (``burst`` triggers or more pending) instead waits for
+        ``settle`` of quiet, bounded by ``settle_max``: a driver reload's hundreds of
+        uevents cost a handful of passes, not one per window.
+        """
         o = self.options
         while not self._stopping:
             pending = self.queue.pending
             if pending is None:
-                # Nothing yet: anything within `settle` after the pass still merges.
                 if not await self.queue.wait(pass_end + o.settle):
                     return  # idle: the next trigger is a leading edge again
                 continue
-            due = min(pending.last_at + o.settle, pending.first_at + o.settle_max)
+            due = pass_end + o.settle
+            if pending.count >= o.burst:
+                due = min(max(due, pending.last_at + o.settle), pending.first_at + o.settle_max)
             if due <= self.clock.monotonic():
                 return
             # Sleep without waking per trigger: a burst costs nothing until it is quiet.

@@ -94,7 +94,9 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
             e.describe(),
             # A rename or removal makes names in a plan made before it unreliable.
             stale=e.action in ("move", "remove", "resync"),
-            driver=e.subsystem == "module" or (e.subsystem == "pci" and e.action != "add"),
+            # Module add/remove tells a driver reload apart in history; PCI bind/unbind
+            # does not (rdmad's own numvfs and driver changes cause those).
+            driver=e.subsystem == "module",
         )
 
 

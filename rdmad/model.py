@@ -380,7 +380,8 @@ class Observed:
     pfs: tuple[PfObserved, ...] = ()  # every SR-IOV capable PCI function
     rdma_links: tuple[RdmaLinkObserved, ...] = ()
     modules: ModulesObserved = field(default_factory=ModulesObserved)
-    rdma_netlink: bool = True  # False: the kernel has no NETLINK_RDMA (no rxe possible)
+    # False only when the kernel is known to have no NETLINK_RDMA: rxe can never work there.
+    rdma_netlink: bool = True
     notes: tuple[str, ...] = ()  # what could not be read, in words
 
     def netdev(self, name: str) -> NetdevObserved | None:

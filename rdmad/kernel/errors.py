@@ -44,5 +44,8 @@ class KernelError(Exception):
         if self.errno is None:
             return f"{what}: {self.detail}" if self.detail else what
         words = _HINTS.get(self.errno) or os.strerror(self.errno)
-        extra = f"; {self.detail}" if self.detail and self.detail.lower() not in words.lower() else ""
+        # The strerror text a write passes along adds nothing to the words above.
+        low = self.detail.lower()
+        plain = low in words.lower() or low == os.strerror(self.errno).lower()
+        extra = f"; {self.detail}" if self.detail and not plain else ""
         return f"{what}: {words} ({self.errno_name}){extra}"

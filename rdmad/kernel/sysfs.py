@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from rdmad.kernel.errors import KernelError
 
 PCI_DEVICES = "sys/bus/pci/devices"
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
 
@@ -55,6 +57,7 @@ class Sysfs:
         except OSError as exc:
             # Some attributes refuse reads (EINVAL/EOPNOTSUPP) on some drivers.
             if exc.errno in (
+                errno_mod.EISDIR,
                 errno_mod.EINVAL,
                 errno_mod.EOPNOTSUPP,
                 errno_mod.EIO,
@@ -178,11 +181,23 @@ class Sysfs:
         return self.read(f"{CLASS_NET}/{name}/{attr}")
 
     def netdev_pci(self, name: str) -> str | None:
-        """The PCI function behind a netdev; None for virtual devices."""
-        if self.link_name(f"{CLASS_NET}/{name}/device/subsystem") not in (None, "pci"):
+        """The PCI function behind a netdev; None for virtual devices.
+
+        A virtio NIC's device is a virtio bus device (virtioN) whose parent is
+        the PCI function lspci shows; that is the address operators know.
+        """
+        device = f"{CLASS_NET}/{name}/device"
+        subsystem = self.link_name(f"{device}/subsystem")
+        if subsystem == "virtio":
+            device = f"{device}/.."
+            subsystem = self.link_name(f"{device}/subsystem")
+        if subsystem not in (None, "pci"):
             return None
-        target = self.link_name(f"{CLASS_NET}/{name}/device")
-        return target if target and target.count(":") == 2 else None
+        try:
+            target = os.path.basename(os.path.realpath(self.path(device)))
+        except OSError:
+            return None
+        return target if _PCI_ADDRESS.match(target) else None
 
     # --- InfiniBand ----------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ async def test_instant_burst_during_a_pass_merges_into_one_follow_up(rig: RigFac
     await r.stop()
 
 
-async def test_trigger_within_settle_waits_for_quiet_then_one_pass(rig: RigFactory) -> None:
+async def test_trigger_within_settle_window_is_answered_at_its_end(rig: RigFactory) -> None:
     r = await rig(desired(settle="150ms")).start()
     await r.idle()
     before = len(r.agent.passes)
@@ -66,12 +66,27 @@ async def test_trigger_within_settle_waits_for_quiet_then_one_pass(rig: RigFacto
     await until(lambda: len(r.agent.passes) == before + 1)
     await r.advance(0.05)
     r.agent.trigger("udev", "b")  # within the settle window after the pass
-    await r.advance(0.1)
-    assert len(r.agent.passes) == before + 1  # still settling
-    await r.advance(0.06)
-    assert len(r.agent.passes) == before + 2
+    r.agent.trigger("udev", "c")
+    await r.advance(0.09)
+    assert len(r.agent.passes) == before + 1  # still in the window
+    await r.advance(0.02)
+    assert len(r.agent.passes) == before + 2  # one pass for both, at the window's end
     p = r.agent.passes[-1]
-    assert abs((p.started - p.first_trigger_at) - 0.15) < 0.02
+    assert p.triggers == 2
+    assert p.started - p.first_trigger_at <= 0.15 + 1e-9  # never more than settle
+    await r.stop()
+
+
+async def test_burst_waits_for_quiet_but_not_forever(rig: RigFactory) -> None:
+    r = await rig(desired(settle="150ms")).start()
+    await r.idle()
+    before = len(r.agent.passes)
+    # An endless stream (one trigger per 10 ms for 6 s): passes at most every settle_max.
+    for i in range(600):
+        r.agent.trigger("udev", f"change {i}")
+        await r.advance(0.01)
+    passes = len(r.agent.passes) - before
+    assert 3 <= passes <= 5, passes
     await r.stop()
 
 

@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,9 +38,10 @@ from rdmad.model import (
     VfSettings,
     Waiting,
 )
-from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
+from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, FakeSysfs, mlx5_node
 
 IGB_NUMVFS = f"{PCI_DEVICES}/{IGB_PF}/sriov_numvfs"
+DEADLINE = 10.0
 
 
 class KernelishSysfs(Sysfs):
@@ -127,15 +129,12 @@ def make_host(root: Path, **kw: object) -> KernelHost:
     return host
 
 
-def fifo(path: Path) -> None:
-    path.unlink()
-    os.mkfifo(path)
-
-
 # --- SetNumVfs ----------------------------------------------------------------------------
 
 
-async def test_set_numvfs_writes_logs_and_records(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_set_numvfs_writes_logs_and_records(
+    tree: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     host = make_host(tree)
     action = SetNumVfs("sriov name=enp94s0f0", "restore 7 VFs", pci=IGB_PF, old=0, new=7)
     with caplog.at_level(logging.INFO, "rdmad.kernel"):
@@ -144,7 +143,10 @@ async def test_set_numvfs_writes_logs_and_records(tree: Path, caplog: pytest.Log
     assert (tree / IGB_NUMVFS).read_text() == "7"
     [record] = host.records
     assert (record.target, record.old, record.new, record.reason) == (
-        f"{IGB_PF} sriov_numvfs", 0, 7, "restore 7 VFs"
+        f"{IGB_PF} sriov_numvfs",
+        0,
+        7,
+        "restore 7 VFs",
     )
     assert f"{IGB_PF} sriov_numvfs: 0 -> 7 (restore 7 VFs): ok" in caplog.text
 
@@ -179,18 +181,22 @@ async def test_set_numvfs_read_back_mismatch_is_an_error(tree: Path) -> None:
 async def test_long_numvfs_write_logs_progress_and_hits_its_deadline(
     tree: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A FIFO nobody reads blocks open(): a write the kernel never finishes."""
-    path = tree / IGB_NUMVFS
-    fifo(path)
+    """A write the kernel does not finish in time: the loop stays free, the error says so."""
+    release = threading.Event()
+
+    class Slow(KernelishSysfs):
+        def write(self, rel: str, value: str, *, op: str | None = None) -> None:
+            release.wait(DEADLINE)
+            super().write(rel, value, op=op)
+
     monkeypatch.setattr(host_mod, "PROGRESS_EVERY", 0.05)
-    host = make_host(tree, numvfs_deadline=0.3)
+    host = KernelHost(tree, numvfs_deadline=0.3)
+    host.sysfs = Slow(tree)
     try:
         with caplog.at_level(logging.INFO, "rdmad.kernel"):
             result = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
     finally:
-        # Let the blocked thread finish: open the read end and drain it.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        os.close(fd)
+        release.set()
     [error] = result.errors
     assert error.errno == errno.ETIMEDOUT
     assert "still running after 0.3 s" in str(error)
@@ -207,6 +213,7 @@ def pf_link(vfs: Mapping[int, VfSettings]) -> LinkInfo:
 async def test_set_vf_settings_reports_per_attribute(tree: Path) -> None:
     current = {0: VfSettings(mac="00:00:00:00:00:00", vlan=5, qos=1)}
     rtnl = FakeRtnl([pf_link(current)], refuse={"link_state": errno.EOPNOTSUPP})
+    FakeSysfs(tree).vf(IGB_PF, 0, "0000:5e:10.0", "igbvf", iommu_group=70)
     host = make_host(tree, rtnl=rtnl)
     await host.observe()  # the snapshot the planner would have used
     changes = (
@@ -230,8 +237,9 @@ async def test_set_vf_settings_reports_per_attribute(tree: Path) -> None:
 
 async def test_set_vf_settings_without_netlink_fails_clearly(tree: Path) -> None:
     host = make_host(tree)
-    action = SetVfSettings("o", "r", pci=IGB_PF, pf_netdev="enp94s0f0",
-                           changes=(VfChange(0, "trust", False, True),))
+    action = SetVfSettings(
+        "o", "r", pci=IGB_PF, pf_netdev="enp94s0f0", changes=(VfChange(0, "trust", False, True),)
+    )
     result = await host.apply(action)
     assert result.outcome is Outcome.FAILED
     assert "no rtnetlink here" in str(result.errors[0])
@@ -280,7 +288,7 @@ async def test_set_ib_vf_failed_guid_write_skips_the_rebind(tree: Path) -> None:
     result = await host.apply(ib_action(rebind=True))
     assert result.outcome is Outcome.PARTIAL
     assert str(result.errors[0]) == (
-        f"set vf 0 node_guid on sys/class/infiniband/mlx5_0/device/sriov/0/node: "
+        "set vf 0 node_guid on sys/class/infiniband/mlx5_0/device/sriov/0/node: "
         "Is a directory (EISDIR)"
     )
     assert result.note == "not re-bound: a GUID write failed"
@@ -316,19 +324,17 @@ async def test_rebind_from_vfio_to_mlx5(tree: Path) -> None:
     result = await host.apply(BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="mlx5_core"))
     assert result.outcome is Outcome.APPLIED, result.describe()
     assert [w.target for w in result.writes] == [
-        f"{vf} driver_override", f"{vf} driver", f"{vf} driver"
+        f"{vf} driver_override",
+        f"{vf} driver",
+        f"{vf} driver",
     ]
     assert Sysfs(tree).link_name(f"{PCI_DEVICES}/{vf}/driver") == "mlx5_core"
 
 
-async def test_bind_that_does_not_take_says_so(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_bind_that_does_not_take_says_so(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_mod, "BIND_DEADLINE", 0.1)
     host = KernelHost(tree)  # plain fake tree: nothing binds
-    result = await host.apply(
-        BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci")
-    )
+    result = await host.apply(BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci"))
     assert result.outcome is Outcome.PARTIAL
     assert str(result.errors[0]) == (
         f"probe drivers on {MLX5_VFS[3]}: bound to no driver 0.1 s after drivers_probe, "
@@ -384,7 +390,7 @@ async def test_load_module_real_modprobe_missing_module(tree: Path) -> None:
     assert f"modprobe: FATAL: Module {name} not found" in str(result.errors[0])
 
 
-# --- rxe -------------------------------------------------------------------------------------------
+# --- rxe ---------------------------------------------------------------------------
 
 
 async def test_add_and_delete_rxe(tree: Path) -> None:
@@ -401,9 +407,7 @@ async def test_add_and_delete_rxe(tree: Path) -> None:
 
 async def test_rxe_errors(tree: Path) -> None:
     failing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
-    result = await make_host(tree, rdma=failing).apply(
-        AddRxe("o", "r", name="rxe0", netdev="eth0")
-    )
+    result = await make_host(tree, rdma=failing).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: already exists (EEXIST)"
     none = await make_host(tree, rdma=FakeRdma(ok=False)).apply(DeleteRxe("o", "r", name="rxe0"))
     assert str(none.errors[0]) == (
@@ -469,7 +473,7 @@ async def test_observe_without_rdma_netlink(tree: Path) -> None:
     assert observed.rdma_link("mlx5_0") is not None
 
 
-# --- a real kernel refusal through RtNetlink -------------------------------------------------------
+# --- a real kernel refusal through RtNetlink ----------------------------------------
 
 
 @pytest.fixture
@@ -493,9 +497,14 @@ async def test_vf_settings_on_a_veth_get_the_kernels_refusal(tree: Path, netns_v
     host = make_host(tree, rtnl=rtnl)
     try:
         action = SetVfSettings(
-            "o", "r", pci=IGB_PF, pf_netdev="rdh0",
-            changes=(VfChange(0, "mac", None, "02:00:00:00:00:09"),
-                     VfChange(0, "trust", None, True)),
+            "o",
+            "r",
+            pci=IGB_PF,
+            pf_netdev="rdh0",
+            changes=(
+                VfChange(0, "mac", None, "02:00:00:00:00:09"),
+                VfChange(0, "trust", None, True),
+            ),
         )
         result = await host.apply(action)
     finally:

@@ -70,8 +70,10 @@ async def test_bad_names_and_params_are_refused(tmp_path: Path) -> None:
         await modprobe("rdma_rxe", {"a b": "1"}, sysfs=Sysfs(tmp_path))
 
 
-@pytest.mark.skipif(shutil.which("modprobe") is None and not Path("/sbin/modprobe").exists(),
-                    reason="no modprobe on this machine")
+@pytest.mark.skipif(
+    shutil.which("modprobe") is None and not Path("/sbin/modprobe").exists(),
+    reason="no modprobe on this machine",
+)
 async def test_real_modprobe_of_missing_module_quotes_modprobe(tmp_path: Path) -> None:
     fs = FakeSysfs(tmp_path)  # modules_disabled 0: modprobe is really run
     del fs

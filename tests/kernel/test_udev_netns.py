@@ -70,8 +70,10 @@ async def test_veth_add_and_remove_are_seen(veth_names: tuple[str, str]) -> None
     assert add_a.subsystem == "net" and add_a.sysname == a and add_a.source == source
     assert add_a.devpath.endswith(f"/net/{a}")
     assert isinstance(add_a.ifindex, int) and add_a.ifindex > 0
-    assert all(e.subsystem in ("net", "pci", "infiniband", "infiniband_verbs", "module")
-               for e in added + removed)
+    assert all(
+        e.subsystem in ("net", "pci", "infiniband", "infiniband_verbs", "module")
+        for e in added + removed
+    )
     assert any(e.action == "remove" and e.interface == b and e.ifindex for e in removed)
 
 

@@ -60,8 +60,7 @@ def lab_pool() -> Iterator[GuestPool]:
     reason = missing_prerequisite()
     if reason is not None:
         if _required():
-            pytest.fail(f"RDMAD_LAB_REQUIRED=1 but the lab cannot run: {reason}",
-                        pytrace=False)
+            pytest.fail(f"RDMAD_LAB_REQUIRED=1 but the lab cannot run: {reason}", pytrace=False)
         pytest.skip(f"lab: {reason}")
     image = find_image()
     assert image is not None  # missing_prerequisite() checked it

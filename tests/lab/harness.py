@@ -177,8 +177,9 @@ class GuestAgent:
             except OSError as exc:
                 sock.close()
                 if time.monotonic() > deadline:
-                    raise GuestTimeout(f"cannot connect to the guest agent at {self._path}"
-                                       ) from exc
+                    raise GuestTimeout(
+                        f"cannot connect to the guest agent at {self._path}"
+                    ) from exc
                 time.sleep(0.1)
                 continue
             self._sock = sock
@@ -207,8 +208,9 @@ class GuestAgent:
         # guest-sync-delimited answers are preceded by 0xFF; drop it.
         return line.replace(b"\xff", b"").strip()
 
-    def call(self, command: str, arguments: dict[str, Any] | None = None,
-             timeout: float = 30.0) -> Any:
+    def call(
+        self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> Any:
         deadline = time.monotonic() + timeout
         self._next_id += 1
         req_id = self._next_id
@@ -237,8 +239,11 @@ class GuestAgent:
             try:
                 self._next_id += 1
                 token = self._next_id
-                got = self.call("guest-sync-delimited", {"id": token},
-                                timeout=min(3.0, max(0.1, deadline - time.monotonic())))
+                got = self.call(
+                    "guest-sync-delimited",
+                    {"id": token},
+                    timeout=min(3.0, max(0.1, deadline - time.monotonic())),
+                )
                 if got == token:
                     return
             except GuestTimeout:
@@ -253,7 +258,10 @@ class GuestAgent:
         """Run argv in the guest, wait (bounded) and return its exit code and output."""
         deadline = time.monotonic() + timeout
         args: dict[str, Any] = {
-            "path": argv[0], "arg": argv[1:], "env": GUEST_ENV, "capture-output": True,
+            "path": argv[0],
+            "arg": argv[1:],
+            "env": GUEST_ENV,
+            "capture-output": True,
         }
         if stdin is not None:
             args["input-data"] = base64.b64encode(stdin).decode()
@@ -324,43 +332,85 @@ def kernel_cmdline(iommu: bool) -> str:
     return " ".join(parts)
 
 
-def qemu_command(image: LabImage, workdir: Path, *, iommu: bool, serial_log: Path | None,
-                 memory: str = "2G", smp: int = 2) -> list[str]:
+def qemu_command(
+    image: LabImage,
+    workdir: Path,
+    *,
+    iommu: bool,
+    serial_log: Path | None,
+    memory: str = "2G",
+    smp: int = 2,
+) -> list[str]:
     """The guest's QEMU command line (accel=tcg always: KVM here hangs, see LAB.md).
 
     serial_log None means an interactive console on stdio: Ctrl-C goes to the
     guest, Ctrl-A X quits, Ctrl-A C switches to the QEMU monitor.
     """
     cmd = [
-        QEMU, "-nodefaults", "-machine", "q35,accel=tcg", "-cpu", "max",
-        "-smp", str(smp), "-m", memory, "-display", "none", "-vga", "none",
+        QEMU,
+        "-nodefaults",
+        "-machine",
+        "q35,accel=tcg",
+        "-cpu",
+        "max",
+        "-smp",
+        str(smp),
+        "-m",
+        memory,
+        "-display",
+        "none",
+        "-vga",
+        "none",
     ]
     if serial_log is not None:
         cmd += ["-serial", f"file:{serial_log}", "-monitor", "none"]
     else:
-        cmd += ["-chardev", "stdio,id=con0,mux=on,signal=off", "-serial", "chardev:con0",
-                "-mon", "chardev=con0,mode=readline"]
+        cmd += [
+            "-chardev",
+            "stdio,id=con0,mux=on,signal=off",
+            "-serial",
+            "chardev:con0",
+            "-mon",
+            "chardev=con0,mode=readline",
+        ]
     if iommu:
         cmd += ["-device", "intel-iommu"]
     cmd += [
-        "-kernel", str(image.kernel), "-initrd", str(image.initrd),
-        "-append", kernel_cmdline(iommu),
-        "-drive", f"file={image.rootfs},format=raw,if=virtio,snapshot=on",
-        "-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-pci,netdev=n0",
-        "-device", "virtio-serial-pci",
-        "-chardev", f"socket,path={workdir / 'qga.sock'},server=on,wait=off,id=qga0",
-        "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
-        "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
-        "-device", "pcie-root-port,id=rp1,chassis=1,slot=1",
-        "-netdev", "user,id=n1,restrict=on", "-device", "igb,bus=rp1,netdev=n1",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        kernel_cmdline(iommu),
+        "-drive",
+        f"file={image.rootfs},format=raw,if=virtio,snapshot=on",
+        "-netdev",
+        "user,id=n0,restrict=on",
+        "-device",
+        "virtio-net-pci,netdev=n0",
+        "-device",
+        "virtio-serial-pci",
+        "-chardev",
+        f"socket,path={workdir / 'qga.sock'},server=on,wait=off,id=qga0",
+        "-device",
+        "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+        "-qmp",
+        f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        "-device",
+        "pcie-root-port,id=rp1,chassis=1,slot=1",
+        "-netdev",
+        "user,id=n1,restrict=on",
+        "-device",
+        "igb,bus=rp1,netdev=n1",
         "-virtfs",
         f"local,path={REPO_ROOT},mount_tag=src,security_model=none,readonly=on",
     ]
     return cmd
 
 
-def start_qemu(cmd: list[str], workdir: Path, *, interactive: bool = False
-               ) -> subprocess.Popen[bytes]:
+def start_qemu(
+    cmd: list[str], workdir: Path, *, interactive: bool = False
+) -> subprocess.Popen[bytes]:
     """Start QEMU; it is registered for killing at exit and dies with us."""
     stdio: dict[str, Any] = {}
     if not interactive:
@@ -410,8 +460,7 @@ class Guest:
     # ---- lifecycle -------------------------------------------------------
 
     def boot(self, timeout: float = 300.0) -> BootInfo:
-        cmd = qemu_command(self.image, self.workdir, iommu=self.iommu,
-                           serial_log=self.serial_log)
+        cmd = qemu_command(self.image, self.workdir, iommu=self.iommu, serial_log=self.serial_log)
         log(f"{self.name}: starting QEMU (TCG, iommu={self.iommu})")
         self.proc = start_qemu(cmd, self.workdir)
         return self.wait_boot(timeout, started=time.monotonic())
@@ -419,8 +468,9 @@ class Guest:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_boot(self, timeout: float, *, started: float,
-                  previous_boot_id: str | None = None) -> BootInfo:
+    def wait_boot(
+        self, timeout: float, *, started: float, previous_boot_id: str | None = None
+    ) -> BootInfo:
         """Wait for a boot-done marker from a boot other than previous_boot_id."""
         deadline = started + timeout
         next_note = started + 15
@@ -433,10 +483,13 @@ class Guest:
             if now > deadline:
                 raise GuestTimeout(
                     f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
-                    + self.serial_text(tail=3000))
+                    + self.serial_text(tail=3000)
+                )
             if now > next_note:
-                log(f"{self.name}: still booting ({now - started:.0f} s): "
-                    f"{self._last_serial_line()!r}")
+                log(
+                    f"{self.name}: still booting ({now - started:.0f} s): "
+                    f"{self._last_serial_line()!r}"
+                )
                 next_note = now + 15
             time.sleep(0.2)
         self.agent.close()
@@ -453,16 +506,18 @@ class Guest:
         started = time.monotonic()
         log(f"{self.name}: rebooting")
         # Fire and forget: the agent dies with the old system.
-        self.agent.call("guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"],
-                                       "env": GUEST_ENV})
+        self.agent.call(
+            "guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"], "env": GUEST_ENV}
+        )
         return self.wait_boot(timeout, started=started, previous_boot_id=previous)
 
     def poweroff(self, timeout: float = 60.0) -> float:
         """systemctl poweroff (QMP system_powerdown does nothing in minbase)."""
         started = time.monotonic()
         with suppress(LabError):
-            self.agent.call("guest-exec", {"path": "/bin/systemctl", "arg": ["poweroff"],
-                                           "env": GUEST_ENV})
+            self.agent.call(
+                "guest-exec", {"path": "/bin/systemctl", "arg": ["poweroff"], "env": GUEST_ENV}
+            )
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=timeout)
@@ -484,8 +539,10 @@ class Guest:
     def _check_running(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             err = (self.workdir / "qemu.stderr").read_text(errors="replace")[-3000:]
-            raise LabError(f"{self.name}: QEMU exited with {self.proc.returncode}:\n{err}\n"
-                           f"serial tail:\n{self.serial_text(tail=3000)}")
+            raise LabError(
+                f"{self.name}: QEMU exited with {self.proc.returncode}:\n{err}\n"
+                f"serial tail:\n{self.serial_text(tail=3000)}"
+            )
 
     # ---- logs ------------------------------------------------------------
 
@@ -511,14 +568,14 @@ class Guest:
         return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)  # drop colour codes
 
     def journal(self, lines: int = 300) -> str:
-        res = self.run(f"journalctl -b --no-pager -o short-monotonic | tail -n {lines}",
-                       timeout=60)
+        res = self.run(f"journalctl -b --no-pager -o short-monotonic | tail -n {lines}", timeout=60)
         return res.out + res.err
 
     # ---- commands --------------------------------------------------------
 
-    def run(self, script: str | list[str], timeout: float = 60.0,
-            stdin: bytes | None = None) -> ExecResult:
+    def run(
+        self, script: str | list[str], timeout: float = 60.0, stdin: bytes | None = None
+    ) -> ExecResult:
         """Run a shell script (str) or an argv (list) in the guest: (exit code, stdout, stderr)."""
         argv = ["/bin/sh", "-c", script] if isinstance(script, str) else list(script)
         return self.agent.exec(argv, timeout=timeout, stdin=stdin)
@@ -542,8 +599,9 @@ class Guest:
         /bin/echo, not the shell's: dash reports every failed builtin write as
         "I/O error", hiding EBUSY/ERANGE.
         """
-        return self.run(f"/bin/echo {shlex.quote(str(value))} > {shlex.quote(path)}",
-                        timeout=timeout)
+        return self.run(
+            f"/bin/echo {shlex.quote(str(value))} > {shlex.quote(path)}", timeout=timeout
+        )
 
     def exists(self, path: str) -> bool:
         return self.run(f"test -e {shlex.quote(path)}").ok
@@ -551,16 +609,25 @@ class Guest:
     def wait_for(self, condition: str, timeout: float = 30.0, interval: float = 0.1) -> float:
         """Poll a shell condition inside the guest (one exec, bounded by timeout(1))."""
         started = time.monotonic()
-        script = (f"timeout {timeout:.1f} sh -c "
-                  f"{shlex.quote(f'until {condition}; do sleep {interval}; done')}")
+        script = (
+            f"timeout {timeout:.1f} sh -c "
+            f"{shlex.quote(f'until {condition}; do sleep {interval}; done')}"
+        )
         res = self.run(script, timeout=timeout + 30)
         if not res.ok:
-            raise GuestTimeout(f"condition not met within {timeout:.0f} s: {condition}\n"
-                               + res.describe())
+            raise GuestTimeout(
+                f"condition not met within {timeout:.0f} s: {condition}\n" + res.describe()
+            )
         return time.monotonic() - started
 
-    def wait_until(self, predicate: Callable[[], bool], *, timeout: float = 30.0,
-                   interval: float = 0.2, what: str = "condition") -> float:
+    def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        *,
+        timeout: float = 30.0,
+        interval: float = 0.2,
+        what: str = "condition",
+    ) -> float:
         """Poll a host-side predicate over guest state, bounded by timeout."""
         started = time.monotonic()
         while not predicate():
@@ -574,8 +641,10 @@ class Guest:
     def start_unit(self, name: str, script: str, max_seconds: int = 600) -> str:
         """Run a long-lived command as a transient unit (never unbounded)."""
         unit = f"{name}.service"
-        self.check(f"systemd-run --quiet --collect --unit={shlex.quote(unit)} "
-                   f"-p RuntimeMaxSec={max_seconds} /bin/sh -c {shlex.quote(script)}")
+        self.check(
+            f"systemd-run --quiet --collect --unit={shlex.quote(unit)} "
+            f"-p RuntimeMaxSec={max_seconds} /bin/sh -c {shlex.quote(script)}"
+        )
         return unit
 
     def stop_unit(self, unit: str) -> None:
@@ -627,8 +696,9 @@ class Guest:
     def vf_bdfs(self, pf_bdf: str) -> list[str]:
         """VF PCI addresses in VF index order (virtfnN links of the PF)."""
         out = self.check(
-            f"cd {self.pci_path(pf_bdf)} && for l in virtfn*; do [ -e \"$l\" ] && "
-            "echo \"${l#virtfn} $(basename $(readlink $l))\"; done; true")
+            f'cd {self.pci_path(pf_bdf)} && for l in virtfn*; do [ -e "$l" ] && '
+            'echo "${l#virtfn} $(basename $(readlink $l))"; done; true'
+        )
         pairs = sorted((int(i), bdf) for i, bdf in (ln.split() for ln in out.splitlines()))
         return [bdf for _, bdf in pairs]
 
@@ -639,26 +709,32 @@ class Guest:
     def wait_vf_netdevs(self, pf_bdf: str, count: int, timeout: float = 60.0) -> dict[str, str]:
         """Wait until each of count VFs has a netdev and udev renamed it: VF PCI -> name."""
         pf = self.pci_path(pf_bdf)
-        cond = (f"[ $(ls -d {pf}/virtfn*/net/* 2>/dev/null | wc -l) -ge {count} ] && "
-                "udevadm settle --timeout=5")
+        cond = (
+            f"[ $(ls -d {pf}/virtfn*/net/* 2>/dev/null | wc -l) -ge {count} ] && "
+            "udevadm settle --timeout=5"
+        )
         self.wait_for(cond, timeout=timeout)
         return {bdf: self.pci_netdevs(bdf)[0] for bdf in self.vf_bdfs(pf_bdf)}
 
     # ---- SR-IOV: netdevsim -------------------------------------------------
 
-    def nsim_create(self, dev_id: int, numvfs: int = 0, *, max_vfs: int | None = None,
-                    ports: int = 1) -> str:
+    def nsim_create(
+        self, dev_id: int, numvfs: int = 0, *, max_vfs: int | None = None, ports: int = 1
+    ) -> str:
         """Create netdevsim device dev_id; returns its (first) netdev name."""
         sysdev = f"/sys/bus/netdevsim/devices/netdevsim{dev_id}"
         self.check("modprobe netdevsim")
         self.check(f"echo '{dev_id} {ports}' > /sys/bus/netdevsim/new_device")
-        self.wait_for(f"ls {sysdev}/net/* >/dev/null 2>&1 && udevadm settle --timeout=5",
-                      timeout=30)
+        self.wait_for(
+            f"ls {sysdev}/net/* >/dev/null 2>&1 && udevadm settle --timeout=5", timeout=30
+        )
         if max_vfs is not None:
             # The default limit is 4 VFs; debugfs is the only knob.
-            self.check("mountpoint -q /sys/kernel/debug || mount -t debugfs none "
-                       f"/sys/kernel/debug; echo {max_vfs} > "
-                       f"/sys/kernel/debug/netdevsim/netdevsim{dev_id}/max_vfs")
+            self.check(
+                "mountpoint -q /sys/kernel/debug || mount -t debugfs none "
+                f"/sys/kernel/debug; echo {max_vfs} > "
+                f"/sys/kernel/debug/netdevsim/netdevsim{dev_id}/max_vfs"
+            )
         if numvfs:
             self.check(f"echo {numvfs} > {sysdev}/sriov_numvfs")
         return self.check(f"ls {sysdev}/net | head -n1").strip()
@@ -675,35 +751,48 @@ class Guest:
         self.check(
             f"echo vfio-pci > {dev}/driver_override && "
             f"if [ -e {dev}/driver ]; then echo {bdf} > {dev}/driver/unbind; fi && "
-            f"echo {bdf} > /sys/bus/pci/drivers_probe")
-        self.wait_for(f"[ \"$(basename $(readlink {dev}/driver))\" = vfio-pci ]", timeout=30)
+            f"echo {bdf} > /sys/bus/pci/drivers_probe"
+        )
+        self.wait_for(f'[ "$(basename $(readlink {dev}/driver))" = vfio-pci ]', timeout=30)
         return int(self.check(f"basename $(readlink {dev}/iommu_group)").strip())
 
     def unbind_vfio(self, bdf: str) -> None:
         dev = self.pci_path(bdf)
-        self.run(f"[ -e {dev}/driver ] && echo {bdf} > {dev}/driver/unbind; "
-                 f"[ -e {dev}/driver_override ] && echo > {dev}/driver_override; true")
+        self.run(
+            f"[ -e {dev}/driver ] && echo {bdf} > {dev}/driver/unbind; "
+            f"[ -e {dev}/driver_override ] && echo > {dev}/driver_override; true"
+        )
 
     def hold_open(self, path: str, max_seconds: int = 900) -> tuple[str, int]:
         """A process that keeps path open (e.g. /dev/vfio/GROUP): (unit, pid)."""
         self._holders += 1
-        unit = self.start_unit(f"lab-hold-{self._holders}",
-                               f"exec 3<>{shlex.quote(path)}; exec sleep {max_seconds}",
-                               max_seconds=max_seconds + 5)
-        self.wait_for(f"ls -l /proc/$(systemctl show -p MainPID --value {unit})/fd "
-                      f"2>/dev/null | grep -q {shlex.quote(path)}", timeout=30)
+        unit = self.start_unit(
+            f"lab-hold-{self._holders}",
+            f"exec 3<>{shlex.quote(path)}; exec sleep {max_seconds}",
+            max_seconds=max_seconds + 5,
+        )
+        self.wait_for(
+            f"ls -l /proc/$(systemctl show -p MainPID --value {unit})/fd "
+            f"2>/dev/null | grep -q {shlex.quote(path)}",
+            timeout=30,
+        )
         return unit, self.unit_pid(unit)
 
     def pids_holding(self, path: str) -> list[int]:
-        out = self.run(f"for f in /proc/[0-9]*/fd/*; do [ \"$(readlink $f)\" = "
-                       f"{shlex.quote(path)} ] && echo $f; done; true", timeout=60).out
+        out = self.run(
+            f'for f in /proc/[0-9]*/fd/*; do [ "$(readlink $f)" = '
+            f"{shlex.quote(path)} ] && echo $f; done; true",
+            timeout=60,
+        ).out
         return sorted({int(line.split("/")[2]) for line in out.split()})
 
     # ---- rdmad ---------------------------------------------------------------
 
     def mount_src(self) -> None:
-        self.check(f"mountpoint -q {SRC_MOUNT} || {{ mkdir -p {SRC_MOUNT} && "
-                   f"mount -t 9p -o trans=virtio,version=9p2000.L,ro src {SRC_MOUNT}; }}")
+        self.check(
+            f"mountpoint -q {SRC_MOUNT} || {{ mkdir -p {SRC_MOUNT} && "
+            f"mount -t 9p -o trans=virtio,version=9p2000.L,ro src {SRC_MOUNT}; }}"
+        )
 
     def install_rdmad(self) -> InstallReport:
         """Copy rdmad/ from the 9p share into the guest venv and compile it.
@@ -720,22 +809,30 @@ class Guest:
             f"| tar -C {INSTALL_DIR}.new -xf -; "
             f"rm -rf {INSTALL_DIR}; mv {INSTALL_DIR}.new {INSTALL_DIR}; "
             f"echo {INSTALL_DIR} > $(echo {VENV}/lib/python3*/site-packages)/rdmad-src.pth",
-            timeout=120)
+            timeout=120,
+        )
         compiled = self.run(f"{VENV}/bin/python -m compileall -q {INSTALL_DIR}", timeout=300)
         if not compiled.ok:
-            log(f"{self.name}: compileall of rdmad failed (reported, not raised):\n"
-                + compiled.describe())
+            log(
+                f"{self.name}: compileall of rdmad failed (reported, not raised):\n"
+                + compiled.describe()
+            )
         for tool, module in (("rdmad", "rdmad.cli"), ("rdmad-ctl", "rdmad.ctl")):
             wrapper = f'#!/bin/sh\nexec {VENV}/bin/python -m {module} "$@"\n'
-            self.check(f"cat > /usr/local/bin/{tool} && chmod 0755 /usr/local/bin/{tool}",
-                       stdin=wrapper.encode())
+            self.check(
+                f"cat > /usr/local/bin/{tool} && chmod 0755 /usr/local/bin/{tool}",
+                stdin=wrapper.encode(),
+            )
         unit = REPO_ROOT / "systemd" / "rdmad.service"
         if unit.is_file():
             text = rewrite_exec_start(unit.read_text())
-            self.check("cat > /etc/systemd/system/rdmad.service && systemctl daemon-reload",
-                       stdin=text.encode())
-        return InstallReport(compiled.ok, compiled.out + compiled.err, unit.is_file(),
-                             time.monotonic() - started)
+            self.check(
+                "cat > /etc/systemd/system/rdmad.service && systemctl daemon-reload",
+                stdin=text.encode(),
+            )
+        return InstallReport(
+            compiled.ok, compiled.out + compiled.err, unit.is_file(), time.monotonic() - started
+        )
 
     # ---- cleanup for the shared guest ---------------------------------------
 
@@ -744,17 +841,18 @@ class Guest:
         self.run(
             "systemctl stop 'lab-*.service' 2>/dev/null; "
             "for l in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys;"
-            "[print(x[\"ifname\"]) for x in json.load(sys.stdin)]' 2>/dev/null); do "
+            '[print(x["ifname"]) for x in json.load(sys.stdin)]\' 2>/dev/null); do '
             "rdma link delete $l; done; "
             "for d in /sys/bus/pci/devices/*/driver_override; do "
-            "[ \"$(cat $d)\" = vfio-pci ] && { b=${d%/driver_override}; "
+            '[ "$(cat $d)" = vfio-pci ] && { b=${d%/driver_override}; '
             "[ -e $b/driver ] && echo ${b##*/} > $b/driver/unbind; echo > $d; }; done; "
             "modprobe igb; udevadm settle --timeout=30; "
             "for f in /sys/bus/pci/drivers/igb/0000:*/sriov_numvfs; do echo 0 > $f; done; "
             "for d in /sys/bus/netdevsim/devices/netdevsim*; do "
-            "[ -e \"$d\" ] && echo ${d##*netdevsim} > /sys/bus/netdevsim/del_device; done; "
+            '[ -e "$d" ] && echo ${d##*netdevsim} > /sys/bus/netdevsim/del_device; done; '
             "modprobe -r nvidia_peermem nvidia 2>/dev/null; true",
-            timeout=180)
+            timeout=180,
+        )
 
 
 def install_rdmad(guest: Guest) -> str:

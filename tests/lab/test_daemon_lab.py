@@ -53,7 +53,7 @@ def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:
 
     # The kernel loses the link: an event brings it back (the daemon is already running).
     g.check("rdma link delete rxe0")
-    g.wait_for("rdma link show rxe0 2>/dev/null | grep -q labd0", timeout=30)
+    g.wait_for("rdma link show | grep -q 'rxe0/1 .*netdev labd0'", timeout=30)
 
     # SIGHUP with a broken config: last good kept, errors in STATUS and the journal.
     _write_config(g, CONFIG + "\n[[sriov]]\nnumvfs = -1\n")

@@ -43,20 +43,20 @@ def test_install_rdmad_puts_the_package_in_place(guest: Guest) -> None:
     report = guest.install_rdmad()
 
     assert report.seconds < 120
-    out = guest.check(f"{VENV}/bin/python -c 'import rdmad; print(rdmad.__version__, "
-                      "rdmad.__file__)'").split()
+    out = guest.check(
+        f"{VENV}/bin/python -c 'import rdmad; print(rdmad.__version__, rdmad.__file__)'"
+    ).split()
     assert out[0] == _repo_version()
     assert out[1] == "/opt/rdmad/src/rdmad/__init__.py"
     assert guest.run("ls /opt/rdmad/src/rdmad/__pycache__/__init__.cpython-311.pyc").ok
     for tool, module in (("rdmad", "rdmad.cli"), ("rdmad-ctl", "rdmad.ctl")):
         wrapper = guest.check(f"test -x /usr/local/bin/{tool} && cat /usr/local/bin/{tool}")
-        assert f"{VENV}/bin/python -m {module} \"$@\"" in wrapper
+        assert f'{VENV}/bin/python -m {module} "$@"' in wrapper
 
 
 def test_image_venv_holds_rdmad_runtime_dependencies(guest: Guest) -> None:
     dists = _runtime_dists()
-    script = ("import importlib.metadata as m, sys; "
-              "[print(d, m.version(d)) for d in sys.argv[1:]]")
+    script = "import importlib.metadata as m, sys; [print(d, m.version(d)) for d in sys.argv[1:]]"
     out = guest.check(f"{VENV}/bin/python -c '{script}' {' '.join(dists)}")
     assert len(out.splitlines()) == len(dists)
 
@@ -70,8 +70,9 @@ def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> 
     pf = g.igb_pf()
     assert g.set_numvfs(pf, 2).ok
     g.wait_vf_netdevs(pf, 2)
-    g.check("ip link add labv0 type veth peer name labv1 && "
-            "rdma link add rxe0 type rxe netdev labv0")
+    g.check(
+        "ip link add labv0 type veth peer name labv1 && rdma link add rxe0 type rxe netdev labv0"
+    )
 
     second = g.reboot()
 
@@ -89,8 +90,10 @@ def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> 
 @pytest.mark.parametrize(
     ("exec_start", "expected"),
     [
-        ("ExecStart=/usr/bin/rdmad --config /etc/rdmad/rdmad.toml",
-         "ExecStart=/usr/local/bin/rdmad --config /etc/rdmad/rdmad.toml"),
+        (
+            "ExecStart=/usr/bin/rdmad --config /etc/rdmad/rdmad.toml",
+            "ExecStart=/usr/local/bin/rdmad --config /etc/rdmad/rdmad.toml",
+        ),
         ("ExecStart=/usr/bin/python3 -m rdmad.cli run", "ExecStart=/usr/local/bin/rdmad run"),
         ("ExecStart=/usr/local/bin/rdmad", "ExecStart=/usr/local/bin/rdmad"),
         ("ExecStartPre=/usr/bin/true", "ExecStartPre=/usr/bin/true"),

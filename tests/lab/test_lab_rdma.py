@@ -34,8 +34,9 @@ def test_rxe_link_add_and_delete(guest: Guest, veth: tuple[str, str]) -> None:
 
 
 def test_modprobe_r_rdma_rxe_removes_every_link(guest: Guest, veth: tuple[str, str]) -> None:
-    guest.check("rdma link add rxe0 type rxe netdev labv0 && "
-                "rdma link add rxe1 type rxe netdev labv1")
+    guest.check(
+        "rdma link add rxe0 type rxe netdev labv0 && rdma link add rxe1 type rxe netdev labv1"
+    )
     assert _rxe_names(guest) == {"rxe0", "rxe1"}
 
     res = guest.modprobe("rdma_rxe", remove=True)
@@ -50,16 +51,19 @@ def test_udev_module_events_for_dummy_nvidia_modules(guest: Guest) -> None:
     unit = guest.start_unit(
         "lab-udevmon",
         f"exec udevadm monitor --kernel --subsystem-match=module > {log} 2>&1",
-        max_seconds=300)
+        max_seconds=300,
+    )
     guest.wait_for(f"grep -q 'monitor will print' {log}", timeout=30)
 
     guest.check("modprobe nvidia-peermem")
     guest.check("modprobe -r nvidia_peermem nvidia")
 
-    for event in ("add      /module/nvidia (module)",
-                  "add      /module/nvidia_peermem (module)",
-                  "remove   /module/nvidia_peermem (module)",
-                  "remove   /module/nvidia (module)"):
+    for event in (
+        "add      /module/nvidia (module)",
+        "add      /module/nvidia_peermem (module)",
+        "remove   /module/nvidia_peermem (module)",
+        "remove   /module/nvidia (module)",
+    ):
         guest.wait_for(f"grep -qF '{event}' {log}", timeout=30)
     guest.stop_unit(unit)
 

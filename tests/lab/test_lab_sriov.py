@@ -32,8 +32,9 @@ def test_igb_numvfs_creates_vf_pci_devices_and_netdevs(guest: Guest) -> None:
     assert len(by_pci) == 2
     links = {link["ifname"]: link for link in guest.ip_links()}
     for bdf, name in by_pci.items():
-        assert guest.check(f"basename $(readlink {guest.pci_path(bdf, 'driver')})").strip() \
-            == "igbvf"
+        assert (
+            guest.check(f"basename $(readlink {guest.pci_path(bdf, 'driver')})").strip() == "igbvf"
+        )
         # Matched by PCI address: udev renames ethN after the VF appears.
         assert links[name]["parentdev"] == bdf
         assert not name.startswith("eth"), f"{name} was not renamed by udev"
@@ -98,8 +99,13 @@ def test_netdevsim_full_vf_attribute_set(guest: Guest) -> None:
     dev = guest.nsim_create(NSIM_ID, numvfs=8, max_vfs=16)
     assert len(guest.vf_info(dev)) == 8
 
-    res = _ip_vf(guest, dev, 1, "mac 02:00:00:00:01:01 vlan 200 qos 2 proto 802.1ad "
-                 "spoofchk on trust on state disable query_rss on min_tx_rate 10 max_tx_rate 100")
+    res = _ip_vf(
+        guest,
+        dev,
+        1,
+        "mac 02:00:00:00:01:01 vlan 200 qos 2 proto 802.1ad "
+        "spoofchk on trust on state disable query_rss on min_tx_rate 10 max_tx_rate 100",
+    )
     assert res.ok, res.describe()
 
     vf1 = _vf(guest, dev, 1)

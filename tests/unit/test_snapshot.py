@@ -33,13 +33,18 @@ def test_snapshot_of_a_hand_set_node() -> None:
     vf0 = dataclasses.replace(
         p.vfs[0],
         driver="vfio-pci",
-        settings=VfSettings("02:00:00:00:00:09", 100, 3, "802.1ad", False, True, "disable",
-                            10, 1000, True),
+        settings=VfSettings(
+            "02:00:00:00:00:09", 100, 3, "802.1ad", False, True, "disable", 10, 1000, True
+        ),
         ib=IbVfSettings("00:11:22:33:44:55:66:77", "00:11:22:33:44:55:66:78", "Up"),
     )
-    o = node(dataclasses.replace(p, vfs=(vf0, p.vfs[1])),
-             rdma=(RdmaLinkObserved("rxe0", "rxe", "eth0"),
-                   RdmaLinkObserved("mlx5_0", "mlx5_core", "ens1f0")))
+    o = node(
+        dataclasses.replace(p, vfs=(vf0, p.vfs[1])),
+        rdma=(
+            RdmaLinkObserved("rxe0", "rxe", "eth0"),
+            RdmaLinkObserved("mlx5_0", "mlx5_core", "ens1f0"),
+        ),
+    )
     text, actions = round_trip(o)
     assert actions == []
     assert 'pf = { pci = "0000:3b:00.0" }' in text

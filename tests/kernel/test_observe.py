@@ -1,0 +1,111 @@
+"""rdmad.kernel.observe on fake trees, with and without netlink's LinkInfo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rdmad.kernel.netlink import LinkInfo
+from rdmad.kernel.observe import observe
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.model import RdmaLinkObserved, Use, VfSettings
+from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
+
+
+def test_demo_tree_from_sysfs_alone(tmp_path: Path) -> None:
+    mlx5_node(tmp_path)
+    obs = observe(Sysfs(tmp_path), no_netlink_reason="netlink not read here")
+    mlx5 = next(p for p in obs.pfs if p.pci == MLX5_PF)
+    assert (mlx5.numvfs, mlx5.totalvfs, mlx5.ib_device) == (4, 8, "mlx5_0")
+    assert mlx5.settings_note == "netlink not read here"
+    assert [v.driver for v in mlx5.vfs] == ["mlx5_core", "vfio-pci", "mlx5_core", None]
+    assert all(v.settings is None for v in mlx5.vfs)  # unknown, never guessed
+    vf1 = mlx5.vf(1)
+    assert vf1 is not None and vf1.usage.state is Use.IN_USE
+    assert f"pid {QEMU_PID}" in vf1.usage.describe()
+    assert vf1.ib is not None and vf1.ib.policy == "Follow"
+    igb = next(p for p in obs.pfs if p.pci == IGB_PF)
+    assert (igb.numvfs, igb.totalvfs, igb.netdev) == (0, 7, "enp94s0f0")
+    eth0 = obs.netdev("eth0")
+    assert eth0 is not None and eth0.up and eth0.pci == "0000:00:03.0"
+    assert obs.rdma_link("mlx5_0") is not None and obs.rdma_netlink
+    assert "rdma_rxe" in obs.modules.loaded and not obs.modules.loading_disabled
+
+
+def test_link_info_supplies_vf_settings_and_link_state(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    fs.write(f"sys/devices/pci0000:00/{IGB_PF}/sriov_numvfs", "2")
+    fs.vf(IGB_PF, 0, "0000:5e:10.0", "igbvf", iommu_group=70)
+    fs.vf(IGB_PF, 1, "0000:5e:10.2", "igbvf", iommu_group=71)
+    fs.netdev("enp94s0v0", "0000:5e:10.0", "02:00:00:00:00:01")
+    fs.netdev("enp94s0v1", "0000:5e:10.2", "02:00:00:00:00:02")
+    vfs = {0: VfSettings(mac="02:00:00:00:00:01", vlan=100, qos=0, trust=True)}
+    links = {
+        "enp94s0f0": LinkInfo(
+            "enp94s0f0",
+            40,
+            "52:54:00:12:34:56",
+            "52:54:00:12:34:00",
+            False,
+            "down",
+            None,
+            num_vf=2,
+            vfs=vfs,
+            vfs_complete=False,
+        ),
+        "eth0": LinkInfo("eth0", 41, "52:54:00:ab:cd:ef", None, False, "down", None),
+    }
+    obs = observe(Sysfs(tmp_path), links)
+    igb = next(p for p in obs.pfs if p.pci == IGB_PF)
+    assert (igb.ifindex, igb.perm_mac, igb.operstate_up) == (40, "52:54:00:12:34:00", False)
+    assert igb.vf(0).settings == vfs[0]  # type: ignore[union-attr]
+    assert igb.vf(1).settings is None  # type: ignore[union-attr]
+    assert igb.settings_note is not None and "truncated (1 of 2 VFs" in igb.settings_note
+    eth0 = obs.netdev("eth0")
+    assert eth0 is not None and (eth0.ifindex, eth0.up) == (41, False)  # netlink wins
+    mlx5 = next(p for p in obs.pfs if p.pci == MLX5_PF)
+    assert mlx5.settings_note is None  # netlink was read; its netdev just had no entry
+
+
+def test_rdma_from_netlink_gets_driver_and_usage_from_sysfs(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    node = fs.uverbs(0, "mlx5_0")
+    fs.process(555, "rping", node)
+    fs.ib_device("rxe0", None, "00:00:00:00:00:00:00:01", netdev="eth0", link_layer="Ethernet")
+    rdma = [
+        RdmaLinkObserved("mlx5_0", None, "ibp59s0", 5),
+        RdmaLinkObserved("rxe0", "rxe", "eth0", 2),
+    ]
+    obs = observe(Sysfs(tmp_path), None, rdma, rdma_netlink=True)
+    mlx5 = obs.rdma_link("mlx5_0")
+    assert mlx5 is not None and mlx5.driver == "mlx5_core"
+    assert mlx5.usage.holders == ("pid 555 (rping) holds /dev/infiniband/uverbs0",)
+    rxe = obs.rdma_link("rxe0")
+    assert rxe is not None and rxe.is_rxe and rxe.usage.state is Use.FREE
+
+
+def test_rxe_from_sysfs_and_no_rdma_netlink(tmp_path: Path) -> None:
+    fs = FakeSysfs(tmp_path)
+    fs.netdev("veth0", None, "02:00:00:00:00:0a")
+    fs.ib_device("rxe0", None, "00:00:00:00:00:00:00:01", netdev="veth0", link_layer="Ethernet")
+    obs = observe(Sysfs(tmp_path), rdma_netlink=False)
+    rxe = obs.rdma_link("rxe0")
+    assert rxe is not None and rxe.driver == "rxe" and rxe.netdev == "veth0"
+    assert rxe.netdev_ifindex == obs.netdev("veth0").ifindex  # type: ignore[union-attr]
+    assert not obs.rdma_netlink
+    assert obs.pfs == ()
+
+
+def test_modules_disabled_and_no_module_support_are_noted(tmp_path: Path) -> None:
+    fs = FakeSysfs(tmp_path)
+    fs.write("proc/sys/kernel/modules_disabled", "1")
+    obs = observe(Sysfs(tmp_path))
+    assert obs.modules.loading_disabled
+    assert any("modules_disabled = 1" in n for n in obs.notes)
+    (tmp_path / "proc/sys/kernel/modules_disabled").unlink()
+    obs = observe(Sysfs(tmp_path))
+    assert obs.modules.loading_disabled and any("no loadable module" in n for n in obs.notes)
+
+
+def test_mlx5_vfs_constant_matches_tree(tmp_path: Path) -> None:
+    mlx5_node(tmp_path)
+    assert tuple(Sysfs(tmp_path).virtfns(MLX5_PF).values()) == MLX5_VFS

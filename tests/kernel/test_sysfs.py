@@ -1,0 +1,84 @@
+"""rdmad.kernel.sysfs on fake trees: reads tolerate vanishing files, writes carry the errno."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Sysfs:
+    mlx5_node(tmp_path)
+    return Sysfs(tmp_path)
+
+
+def test_pci_function_of_pf_and_vfs(sysfs: Sysfs) -> None:
+    pf = sysfs.pci_function(MLX5_PF)
+    assert pf is not None
+    assert (pf.driver, pf.numvfs, pf.totalvfs, pf.drivers_autoprobe) == ("mlx5_core", 4, 8, True)
+    assert pf.netdevs == ("ibp59s0",) and pf.ib_devices == ("mlx5_0",)
+    assert sysfs.virtfns(MLX5_PF) == dict(enumerate(MLX5_VFS))
+    vf1 = sysfs.pci_function(MLX5_VFS[1])
+    assert vf1 is not None and vf1.driver == "vfio-pci" and vf1.iommu_group == "61"
+    assert vf1.physfn == MLX5_PF and vf1.driver_override is None
+    assert sysfs.pci_function("0000:99:00.0") is None
+    assert set(sysfs.sriov_pfs()) == {MLX5_PF, IGB_PF}
+
+
+def test_netdevs_ib_and_modules(sysfs: Sysfs) -> None:
+    assert sysfs.netdev_pci("eth0") == "0000:00:03.0"
+    assert sysfs.netdev_pci("lo") is None
+    assert sysfs.ib_driver("mlx5_0") == "mlx5_core"
+    assert sysfs.ib_port_netdevs("mlx5_0") == ["ibp59s0"]
+    assert sysfs.ib_vf("mlx5_0", 0) == {
+        "node_guid": "00:00:00:00:00:00:00:00",
+        "port_guid": "00:00:00:00:00:00:00:00",
+        "policy": "Follow",
+    }
+    assert sysfs.ib_vf("mlx5_0", 9) is None
+    assert "rdma_rxe" in sysfs.loaded_modules() and not sysfs.modules_disabled()
+    assert "iommu=pt" in sysfs.cmdline()
+
+
+def test_reads_of_missing_or_odd_files_are_none(sysfs: Sysfs, tmp_path: Path) -> None:
+    assert sysfs.read("sys/nope") is None
+    assert sysfs.read(f"{PCI_DEVICES}/{IGB_PF}/sriov_numvfs/x") is None  # ENOTDIR
+    assert sysfs.read(DEV) is None  # EISDIR
+    (tmp_path / "junk").write_text("not a number\n")
+    assert sysfs.read_int("junk") is None
+    assert sysfs.read_int(f"{PCI_DEVICES}/{IGB_PF}/sriov_totalvfs") == 7
+
+
+def test_write_replaces_the_value_and_never_creates(sysfs: Sysfs, tmp_path: Path) -> None:
+    sysfs.set_ib_vf("mlx5_0", 0, "policy", "Up")
+    assert sysfs.read(f"{DEV}/{MLX5_PF}/sriov/0/policy") == "Up"  # not "Upllow"
+    with pytest.raises(KernelError) as info:
+        sysfs.set_numvfs("0000:99:00.0", 2)
+    assert info.value.errno == errno.ENOENT
+    assert not (tmp_path / PCI_DEVICES / "0000:99:00.0").exists()
+    assert str(info.value) == (
+        f"set sriov_numvfs 2 on {PCI_DEVICES}/0000:99:00.0/sriov_numvfs: "
+        "no such file or device (ENOENT)"
+    )
+
+
+def test_write_to_a_directory_reports_eisdir_once(sysfs: Sysfs) -> None:
+    with pytest.raises(KernelError) as info:
+        sysfs.write(DEV, "1", op="poke")
+    assert str(info.value) == f"poke on {DEV}: Is a directory (EISDIR)"
+
+
+def test_unbind_and_probe_write_the_pci_address(sysfs: Sysfs, tmp_path: Path) -> None:
+    sysfs.unbind(MLX5_VFS[0])
+    assert (tmp_path / "sys/bus/pci/drivers/mlx5_core/unbind").read_text() == MLX5_VFS[0]
+    sysfs.unbind(MLX5_VFS[3])  # unbound: nothing to do
+    sysfs.set_driver_override(MLX5_VFS[3], "vfio-pci")
+    sysfs.drivers_probe(MLX5_VFS[3])
+    assert sysfs.pci_function(MLX5_VFS[3]).driver_override == "vfio-pci"  # type: ignore[union-attr]
+    assert (tmp_path / "sys/bus/pci/drivers_probe").read_text() == MLX5_VFS[3]
