@@ -37,6 +37,7 @@ from rdmad.config import ConfigInvalid, LoadedConfig
 from rdmad.model import (
     Action,
     BindVfDriver,
+    Blocked,
     Desired,
     LoadModule,
     ObjectState,
@@ -44,6 +45,7 @@ from rdmad.model import (
     PlanState,
     SetNumVfs,
     Waiting,
+    format_value,
     summarize,
 )
 from rdmad.reconcile import declared_objects, plan
@@ -205,6 +207,8 @@ class Agent:
         self._observing_since: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._last_status_line = ""
+        self._blocked_seen: dict[str, tuple[str, ...]] = {}  # obj -> reasons last logged
+        self._failed_what: dict[str, set[str]] = {}  # obj -> actions that failed, in backoff
         self.started_at = 0.0
 
     # --- the outside world's handles -------------------------------------------------------
@@ -358,6 +362,7 @@ class Agent:
         state = PlanState(frozenset(self.state.managed_rxe)) if self._config_ok else PlanState()
         actions = self.planner(self.desired, observed, state)
         objects = self._objects(actions)
+        self._log_blocked(objects, actions)
 
         applied, changed, aborted = await self._apply_all(actions, cause)
         now = clock.monotonic()
@@ -424,7 +429,11 @@ class Agent:
                 break
             obj = action.obj
             now = self.clock.monotonic()
-            if obj in failed or self.backoff.blocked(obj, now) is not None:
+            # Backoff holds back a retry of what failed, not a new situation: a driver
+            # reload that zeroed the VFs is answered at once even while an attribute
+            # the driver refuses (igb rates) waits for its next retry.
+            held = self.backoff.blocked(obj, now) is not None
+            if obj in failed or (held and action.describe() in self._failed_what.get(obj, ())):
                 continue
             key = (obj, action.describe())
             if key in self._last_applied and not self.options.dry_run:
@@ -500,8 +509,8 @@ class Agent:
             fields = dict(
                 obj=action.obj,
                 target=target,
-                old=_fmt(old),
-                new=_fmt(new),
+                old=format_value(old),
+                new=format_value(new),
                 reason=action.reason,
                 cause=cause,
             )
@@ -516,7 +525,7 @@ class Agent:
                     wall,
                     event,
                     obj=action.obj,
-                    what=f"{target}: {_fmt(old)} -> {_fmt(new)}",
+                    what=f"{target}: {format_value(old)} -> {format_value(new)}",
                     reason=action.reason,
                     cause=cause,
                     error=error_text,
@@ -525,6 +534,7 @@ class Agent:
         self._history(*entries)
 
     def _fail(self, action: Action, error: str, cause: str, log_it: bool = True) -> None:
+        self._failed_what.setdefault(action.obj, set()).add(action.describe())
         now = self.clock.monotonic()
         f = self.backoff.fail(action.obj, error, now, self.clock.wall())
         self.state.last_errors[action.obj] = {
@@ -571,6 +581,8 @@ class Agent:
         """Converged/blocked/waiting objects forget failures; expectations resolve or expire."""
         for obj in dict.fromkeys([*objects, *self._expect]):
             mine = [a for a in actions if a.obj == obj]
+            if not any(a.changes_kernel for a in mine):
+                self._failed_what.pop(obj, None)
             if not any(a.changes_kernel for a in mine) and self.backoff.succeed(obj):
                 log.info("object.recovered", obj=obj)
                 self._history(HistoryEntry(self.clock.wall(), "recovered", obj=obj))
@@ -578,6 +590,20 @@ class Agent:
             settled = not any(isinstance(a, Waiting) or a.changes_kernel for a in mine)
             if obj in self._expect and settled:
                 del self._expect[obj]  # what we waited for has appeared (or is moot)
+
+    def _log_blocked(self, objects: list[str], actions: list[Action]) -> None:
+        """Log why an object is blocked (e.g. the pid holding a VF) once per change of reason."""
+        for obj in objects:
+            reasons = tuple(a.reason for a in actions if a.obj == obj and isinstance(a, Blocked))
+            if reasons == self._blocked_seen.get(obj, ()):
+                continue
+            if reasons:
+                self._blocked_seen[obj] = reasons
+                for reason in reasons:
+                    log.warning("object.blocked", obj=obj, reason=reason)
+            else:
+                del self._blocked_seen[obj]
+                log.info("object.unblocked", obj=obj)
 
     def _expecting(self, now: float) -> bool:
         return any(e.deadline > now for e in self._expect.values())
@@ -848,11 +874,3 @@ def _result_error(action: Action, result: ResultLike) -> str:
     if errors:
         return "; ".join(errors)
     return result.note or f"{action.describe()} failed"
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)

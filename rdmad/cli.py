@@ -1,4 +1,4 @@
-"""The `rdmad` command: version, check-config, plan (and, later, the daemon itself).
+"""The `rdmad` command: version, check-config, plan, snapshot, run (the daemon).
 
 Exit codes: 0 fine, 1 a runtime failure (kernel unreadable), 2 bad input
 (invalid config, bad arguments).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return EXIT_INPUT
-    handler = {"check-config": cmd_check_config, "plan": cmd_plan, "run": cmd_run}[args.command]
+    handler = {
+        "check-config": cmd_check_config,
+        "plan": cmd_plan,
+        "snapshot": cmd_snapshot,
+        "run": cmd_run,
+    }[args.command]
     return handler(args)
 
 
@@ -44,6 +50,22 @@ def _parser() -> argparse.ArgumentParser:
         help="observe the sysfs/procfs tree under this directory instead of the host",
     )
     pl.add_argument("--json", action="store_true", help="machine-readable output")
+    sn = sub.add_parser(
+        "snapshot",
+        help="write the node's live SR-IOV and rxe state in config format "
+        "(make what was set by hand persistent)",
+    )
+    sn.add_argument(
+        "--root",
+        default="/",
+        help="observe the sysfs/procfs tree under this directory instead of the host",
+    )
+    sn.add_argument(
+        "-o", "--output", type=Path, default=None, help="write to this file (atomically)"
+    )
+    sn.add_argument(
+        "--json", action="store_true", help="print {'toml': ..., 'notes': [...]} instead"
+    )
     rn = sub.add_parser("run", help="run the daemon (in the foreground, as systemd expects)")
     _config_arg(rn)
     rn.add_argument("--foreground", action="store_true", help="accepted; always the case")
@@ -116,6 +138,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         _print_plan(args.root, observed, actions, statuses)
     return EXIT_OK
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from rdmad.snapshot import snapshot
+
+    try:
+        observed = observe_host(Path(args.root))
+    except OSError as exc:
+        print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    where = "this host" if args.root == "/" else args.root
+    header = f"Written by `rdmad snapshot` from {where}: the live state, declared."
+    for note in observed.notes:
+        header += f"\nnote: {note}"
+    unknown = [pf.pci for pf in observed.pfs if pf.numvfs and pf.settings_note]
+    if unknown:
+        header += "\nVF settings not read (so not declared) for: " + ", ".join(unknown)
+    text = snapshot(observed, header=header)
+    if args.json:
+        _print_json({"toml": text, "notes": list(observed.notes), "settings_unknown": unknown})
+    elif args.output is None:
+        sys.stdout.write(text)
+    if args.output is not None:
+        try:
+            _write_atomic(args.output, text)
+        except OSError as exc:
+            print(f"rdmad: cannot write {args.output}: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+    return EXIT_OK
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -455,7 +455,10 @@ class SetVfSettings(Action):
     kind: ClassVar[str] = "set-vf"
 
     def describe(self) -> str:
-        parts = [f"vf {c.vf} {c.attr} {_fmt(c.old)} -> {_fmt(c.new)}" for c in self.changes]
+        parts = [
+            f"vf {c.vf} {c.attr} {format_value(c.old)} -> {format_value(c.new)}"
+            for c in self.changes
+        ]
         return f"{self.pf_netdev} ({self.pci}): " + ", ".join(parts)
 
 
@@ -472,7 +475,7 @@ class SetIbVf(Action):
     kind: ClassVar[str] = "set-ib-vf"
 
     def describe(self) -> str:
-        parts = [f"{c.attr} {_fmt(c.old)} -> {_fmt(c.new)}" for c in self.changes]
+        parts = [f"{c.attr} {format_value(c.old)} -> {format_value(c.new)}" for c in self.changes]
         then = f", then rebind {self.vf_pci}" if self.rebind else ""
         return f"{self.ib_device} vf {self.vf}: " + ", ".join(parts) + then
 
@@ -485,7 +488,7 @@ class BindVfDriver(Action):
     kind: ClassVar[str] = "bind-vf"
 
     def describe(self) -> str:
-        return f"{self.vf_pci}: driver {_fmt(self.old)} -> {self.new}"
+        return f"{self.vf_pci}: driver {format_value(self.old)} -> {self.new}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,7 +541,8 @@ class Waiting(Action):
         return f"waiting: {self.reason}"
 
 
-def _fmt(value: object) -> str:
+def format_value(value: object) -> str:
+    """How a setting reads in plans and logs: None is 'unset', booleans are on/off."""
     if value is None:
         return "unset"
     if isinstance(value, bool):

@@ -99,6 +99,10 @@ def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) ->
                 f"numvfs {spec.numvfs} exceeds sriov_totalvfs {pf.totalvfs} of {pf.pci}",
             )
         ]
+    if pf.driver is None:
+        # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
+        # bind event starts the next pass, so waiting costs nothing.
+        return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
     if pf.numvfs != spec.numvfs:
         return _plan_numvfs(obj, spec, pf)
 

@@ -12,10 +12,12 @@ it carries a header and keeps the key order of the example config.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 
 from rdmad.model import Observed, PfObserved, VfObserved, VfSettings
 
+_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ZERO_MAC = "00:00:00:00:00:00"
 ZERO_GUID = "00:00:00:00:00:00:00:00"
 # Drivers that mean "chosen by someone": a VF on its default driver needs no key.
@@ -39,8 +41,11 @@ def snapshot(observed: Observed, header: str = "") -> str:
 
 
 def _sriov(pf: PfObserved) -> list[str]:
-    lines = ["", "[[sriov]]", f"pf = {{ pci = {_str(pf.pci)} }}"]
-    if pf.netdev:
+    if _PCI.match(pf.pci) or not pf.netdev:
+        lines = ["", "[[sriov]]", f"pf = {{ pci = {_str(pf.pci)} }}"]
+    else:  # not a PCI function (netdevsim): its netdev name is what a config can match
+        lines = ["", "[[sriov]]", f"pf = {{ name = {_str(pf.netdev)} }}  # {pf.pci}"]
+    if pf.netdev and _PCI.match(pf.pci):
         lines[-1] += f"  # {pf.netdev}, driver {pf.driver or 'none'}"
     lines.append(f"numvfs = {pf.numvfs}")
     for vf in pf.vfs:

@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
-# Set up rdmad and show its main job: validate a declaration, observe a node
-# (a fake mlx5 + igb node shipped with the tests), and print the exact plan.
+# Set up rdmad and show its main job on a real kernel: boot a QEMU lab guest
+# (Debian 12, kernel 6.1, emulated igb SR-IOV NIC), install rdmad as a systemd
+# service, declare 4 VFs with settings and an rxe link, reboot the guest and
+# reload the PF driver, and show everything restored with the time it took.
+#
+#   bash scripts/demo.sh          the lab demo (root; installs QEMU and builds the guest image once)
+#   bash scripts/demo.sh --plan   quick: plan against a fake mlx5 + igb sysfs tree (no root, no QEMU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-root=$(mktemp -d)
-trap 'rm -rf "$root"' EXIT
-.venv/bin/python -m tests.support.fakesysfs "$root"
 
-echo "\$ rdmad check-config --config tests/fixtures/demo-node.toml"
-.venv/bin/rdmad check-config --config tests/fixtures/demo-node.toml
-echo
-echo "\$ rdmad plan --root <fake node> --config tests/fixtures/demo-node.toml"
-.venv/bin/rdmad plan --root "$root" --config tests/fixtures/demo-node.toml
+plan_demo() {
+    local root
+    root=$(mktemp -d)
+    trap 'rm -rf "$root"' EXIT
+    .venv/bin/python -m tests.support.fakesysfs "$root"
+    echo "\$ rdmad check-config --config tests/fixtures/demo-node.toml"
+    .venv/bin/rdmad check-config --config tests/fixtures/demo-node.toml
+    echo
+    echo "\$ rdmad plan --root <fake node> --config tests/fixtures/demo-node.toml"
+    .venv/bin/rdmad plan --root "$root" --config tests/fixtures/demo-node.toml
+}
+
+if [[ ${1:-} == --plan ]]; then
+    plan_demo
+    exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    echo "demo: the lab demo needs root (QEMU, debootstrap); showing the plan demo instead" >&2
+    plan_demo
+    exit 0
+fi
+echo "== lab: host packages and guest image (first run: a few minutes, then cached)"
+bash scripts/lab-deps.sh
+bash scripts/lab-image.sh
+echo "== lab demo"
+.venv/bin/python tests/lab/demo.py "$@"

@@ -44,6 +44,7 @@ from rdmad.model import (
     VfChange,
     VfSettings,
     Waiting,
+    format_value,
 )
 
 log = logging.getLogger("rdmad.kernel")
@@ -76,7 +77,7 @@ class WriteRecord:
         return self.error is None
 
     def describe(self) -> str:
-        what = f"{self.target}: {_fmt(self.old)} -> {_fmt(self.new)}"
+        what = f"{self.target}: {format_value(self.old)} -> {format_value(self.new)}"
         if self.dry_run:
             return f"would set {what} ({self.reason})"
         tail = "ok" if self.error is None else f"FAILED: {self.error}"
@@ -130,14 +131,6 @@ def _verdict(action: Action, writes: Sequence[WriteRecord], note: str = "") -> A
 
 def not_applied(action: Action) -> ApplyResult:
     return ApplyResult(action, Outcome.NOT_APPLIED, note=f"not applied: {action.describe()}")
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
 
 
 # --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
@@ -360,7 +353,7 @@ class KernelHost:
     # --- SR-IOV count -------------------------------------------------------------------
 
     async def _set_numvfs(self, action: SetNumVfs) -> ApplyResult:
-        rel = f"{PCI_DEVICES}/{action.pci}/sriov_numvfs"
+        rel = f"{self.sysfs.device_dir(action.pci)}/sriov_numvfs"
         old = self.sysfs.read_int(rel)
         change = (f"{action.pci} sriov_numvfs", old, action.new)
 

@@ -145,6 +145,12 @@ def _pf(
             f"{facts.num_vf} VFs fit one netlink message)"
         )
     vfs = []
+    if sysfs.is_netdevsim(pci):
+        # netdevsim VFs are indexes with rtnetlink settings, not devices: no driver,
+        # nothing can hold them. "netdevsim0/vf1" names them in messages.
+        for index in range(fn.numvfs or 0):
+            settings = facts.vfs.get(index) if facts is not None else None
+            vfs.append(VfObserved(index=index, pci=f"{pci}/vf{index}", settings=settings))
     for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
         vfn = sysfs.pci_function(vf_pci)
         settings = facts.vfs.get(index) if facts is not None else None

@@ -21,6 +21,12 @@ from pathlib import Path
 from rdmad.kernel.errors import KernelError
 
 PCI_DEVICES = "sys/bus/pci/devices"
+# netdevsim devices are SR-IOV PFs that are not PCI functions (the lab's full-attribute
+# PF): sriov_numvfs lives in their bus directory, there is no sriov_totalvfs (the limit
+# is debugfs max_vfs) and their VFs are indexes, not devices.
+NSIM_DEVICES = "sys/bus/netdevsim/devices"
+NSIM_DEBUGFS = "sys/kernel/debug/netdevsim"
+NSIM_DEFAULT_MAX_VFS = 4  # netdevsim's limit until debugfs max_vfs raises it
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
@@ -123,18 +129,29 @@ class Sysfs:
     def pci_addresses(self) -> list[str]:
         return self.listdir(PCI_DEVICES)
 
+    @staticmethod
+    def is_netdevsim(dev: str) -> bool:
+        return dev.startswith("netdevsim")
+
+    def device_dir(self, dev: str) -> str:
+        """sysfs directory of a PF: a PCI address, or a netdevsim device name."""
+        return f"{NSIM_DEVICES}/{dev}" if self.is_netdevsim(dev) else f"{PCI_DEVICES}/{dev}"
+
     def pci_function(self, pci: str) -> PciFunction | None:
-        base = f"{PCI_DEVICES}/{pci}"
+        base = self.device_dir(pci)
         if not self.exists(base):
             return None
         override = self.read(f"{base}/driver_override")
         autoprobe = self.read_int(f"{base}/sriov_drivers_autoprobe")
+        totalvfs = self.read_int(f"{base}/sriov_totalvfs")
+        if totalvfs is None and self.is_netdevsim(pci) and self.exists(f"{base}/sriov_numvfs"):
+            totalvfs = self.read_int(f"{NSIM_DEBUGFS}/{pci}/max_vfs") or NSIM_DEFAULT_MAX_VFS
         return PciFunction(
             pci=pci,
             driver=self.link_name(f"{base}/driver"),
             driver_override=None if override in (None, "(null)", "") else override,
             numvfs=self.read_int(f"{base}/sriov_numvfs"),
-            totalvfs=self.read_int(f"{base}/sriov_totalvfs"),
+            totalvfs=totalvfs,
             drivers_autoprobe=autoprobe != 0,
             netdevs=tuple(self.listdir(f"{base}/net")),
             ib_devices=tuple(self.listdir(f"{base}/infiniband")),
@@ -143,8 +160,14 @@ class Sysfs:
         )
 
     def sriov_pfs(self) -> list[str]:
-        """PCI functions that can have VFs."""
-        return [p for p in self.pci_addresses() if self.exists(f"{PCI_DEVICES}/{p}/sriov_totalvfs")]
+        """PCI functions that can have VFs, then netdevsim devices (named netdevsimN)."""
+        pci = [p for p in self.pci_addresses() if self.exists(f"{PCI_DEVICES}/{p}/sriov_totalvfs")]
+        nsim = [
+            d
+            for d in self.listdir(NSIM_DEVICES)
+            if self.is_netdevsim(d) and self.exists(f"{NSIM_DEVICES}/{d}/sriov_numvfs")
+        ]
+        return pci + nsim
 
     def virtfns(self, pci: str) -> dict[int, str]:
         """VF index -> VF PCI address, from the PF's virtfnN links."""
@@ -158,7 +181,9 @@ class Sysfs:
         return out
 
     def set_numvfs(self, pci: str, count: int) -> None:
-        self.write(f"{PCI_DEVICES}/{pci}/sriov_numvfs", str(count), op=f"set sriov_numvfs {count}")
+        self.write(
+            f"{self.device_dir(pci)}/sriov_numvfs", str(count), op=f"set sriov_numvfs {count}"
+        )
 
     def set_driver_override(self, pci: str, driver: str | None) -> None:
         # An empty line clears the override ("\n" is what the kernel expects).

@@ -229,3 +229,53 @@ async def test_dry_run_changes_nothing_and_logs_what_it_would_do(rig: RigFactory
     assert r.agent.status.current.pending_actions
     assert not (r.agent.state_store.path.exists() if r.agent.state_store else False)
     await r.stop()
+
+
+async def test_blocked_reason_is_logged_once_per_change_and_in_status(rig: RigFactory) -> None:
+    from structlog.testing import capture_logs
+
+    host = FakeHost(links={"other": "eth0"})  # not rdmad's: rxe0 cannot go on eth0
+    with capture_logs() as logs:
+        r = await rig(desired(("rxe0", "eth0"), drift_interval="5m"), host=host).start()
+        await r.idle()
+        await r.advance(301.0, step=10.0)  # a drift pass: same reason, not logged again
+        await r.idle()
+        blocked = [e for e in logs if e["event"] == "object.blocked"]
+        assert len(blocked) == 1, blocked
+        assert blocked[0]["obj"] == "rxe rxe0"
+        assert "already carries rxe link 'other'" in blocked[0]["reason"]
+        status = [n for n in r.notes.sent if "STATUS=" in n][-1]
+        assert "rxe rxe0: eth0 already carries rxe link 'other'" in status
+        del host.links["other"]
+        r.agent.trigger("netlink", "del other")
+        await r.idle()
+        assert [e["obj"] for e in logs if e["event"] == "object.unblocked"] == ["rxe rxe0"]
+    await r.stop()
+
+
+async def test_backoff_holds_back_the_failed_action_not_a_new_one(rig: RigFactory) -> None:
+    # An attribute the driver always refuses (igb: max_tx_rate EINVAL) keeps its object in
+    # backoff; a driver reload then needs a different action (restore numvfs), which must
+    # not wait for that backoff (it can be minutes).
+    from rdmad.model import Action, Desired, Observed, PlanState
+
+    host = FakeHost(fail={"refused": errno.EINVAL})
+    wanted = ["refused"]
+
+    def planner(d: Desired, o: Observed, s: PlanState) -> list[Action]:
+        return [
+            AddRxe("rxe rxe0", "r", name=n, netdev="eth0") for n in wanted if o.rdma_link(n) is None
+        ]
+
+    r = rig(desired(("rxe0", "eth0")), host=host, backoff_base=100.0, backoff_cap=300.0)
+    r.agent.planner = planner
+    await r.start()
+    await r.idle()
+    refused = [a for a in host.applied if a.name == "refused"]  # type: ignore[attr-defined]
+    assert len(refused) == 1  # in backoff for 100 s
+    wanted.insert(0, "new")  # a new situation for the same object
+    r.agent.trigger("udev", "add module igb", driver=True)
+    await r.idle()
+    assert host.links.get("new") == "eth0"  # applied at once, despite the backoff
+    assert len([a for a in host.applied if a.name == "refused"]) == 1  # type: ignore[attr-defined]
+    await r.stop()

@@ -66,7 +66,9 @@ def restored_condition(pf_netdev: str) -> str:
     checks = [f"rdma link show {RXE}/1 >/dev/null 2>&1"]
     for i in range(NUMVFS):
         s = vf_settings(i)
-        pattern = f"vf {i} .*link/ether {s['mac']}.*vlan {s['vlan']}, qos {s['qos']}"
+        pattern = f"vf {i} .*link/ether {s['mac']}.*vlan {s['vlan']}"
+        if s["qos"]:  # iproute2 prints ", qos N" only when it is not 0
+            pattern += f", qos {s['qos']}"
         checks.append(f"ip link show {pf_netdev} | grep -q {shlex.quote(pattern)}")
     return " && ".join(checks)
 
@@ -101,6 +103,7 @@ def main() -> int:
     assert image is not None
     pool = GuestPool(image)
     result: dict[str, Any] = {}
+    g: Guest | None = None
     try:
         g = pool.shared()
         g.install_rdmad()
@@ -153,6 +156,12 @@ def main() -> int:
         )
         history = g.run("journalctl -u rdmad -b --no-pager -o cat | tail -n 15")
         log(f"rdmad's log since the reboot (tail):\n{history.out}")
+    except Exception:
+        if g is not None and g.alive():
+            diag = g.run("rdma link show; ip -d link show; systemctl status rdmad --no-pager; "
+                         "journalctl -u rdmad -b --no-pager -o cat | tail -n 60")
+            log(f"demo failed; the guest shows:\n{diag.out}{diag.err}")
+        raise
     finally:
         pool.close()
     if args.json:

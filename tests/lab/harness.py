@@ -32,7 +32,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "lab" / "image" / "build.sh"
 QEMU = "qemu-system-x86_64"
 ENABLE_HINT = "run scripts/lab-deps.sh && scripts/lab-image.sh as root"
-BOOT_MARKER = re.compile(rb"RDMAD-LAB-BOOT-DONE boot=(\d+) boot_id=([0-9a-f-]+)")
+# The whole line must be there: the serial log is read while QEMU writes it, and a
+# half-written boot_id would look like a new boot.
+BOOT_MARKER = re.compile(rb"RDMAD-LAB-BOOT-DONE boot=(\d+) boot_id=([0-9a-f-]{36}) uptime=")
 GUEST_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
 VENV = "/opt/rdmad/venv"
 SRC_MOUNT = "/mnt/src"

@@ -101,3 +101,33 @@ def test_plan_on_this_host_with_nothing_declared(
 ) -> None:
     assert main(["plan", "--config", str(tmp_path)]) == 0
     assert "Nothing to do" in capsys.readouterr().out
+
+
+def test_snapshot_round_trip_on_demo_tree(
+    demo: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = demo
+    out = tmp_path / "snap" / "rdmad.toml"
+    out.parent.mkdir()
+    assert main(["snapshot", "--root", str(root), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert f'pf = {{ pci = "{MLX5_PF}" }}' in text
+    assert 'driver = "vfio-pci"' in text  # VF 1, bound by hand
+    assert "VF settings not read" in text  # a tree has no netlink: said, not guessed
+    assert capsys.readouterr().out == ""  # -o: nothing on stdout
+    assert main(["plan", "--json", "--root", str(root), "--config", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["actions"] == []
+    assert {o["state"] for o in data["objects"]} == {"converged"}
+
+
+def test_snapshot_to_stdout_and_json(
+    demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = demo
+    assert main(["snapshot", "--root", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Written by `rdmad snapshot`") and "[[sriov]]" in text
+    assert main(["snapshot", "--json", "--root", str(root)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["toml"] == text and data["settings_unknown"] == [MLX5_PF]

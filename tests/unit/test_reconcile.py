@@ -133,6 +133,12 @@ def test_numvfs_above_totalvfs_is_blocked() -> None:
     assert isinstance(a, Blocked) and "exceeds sriov_totalvfs 7" in a.reason
 
 
+def test_pf_without_driver_waits_for_it() -> None:
+    p = dataclasses.replace(pf(numvfs=0), driver=None)
+    [a] = plan(desired(sriov=[sriov(4)]), node(p), PlanState())
+    assert isinstance(a, Waiting) and "no driver bound" in a.reason
+
+
 def test_missing_pf_waits() -> None:
     [a] = plan(desired(sriov=[sriov(2, ref={"pci": "0000:99:00.0"})]), node(pf()), PlanState())
     assert isinstance(a, Waiting) and "0000:99:00.0" in a.reason
