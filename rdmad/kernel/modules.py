@@ -63,6 +63,19 @@ class Modules:
         Built-ins without parameters have no /sys/module entry and are missed.
         Modules still coming or already going are not counted.
         """
+        # /proc/modules names every loadable module with its state in one read (the
+        # per-module initstate walk below costs ~0.2 s per observation under TCG);
+        # a /sys/module entry it does not list is a built-in.
+        proc = self.sysfs.read("proc/modules")
+        if proc is not None:
+            states = {}
+            for line in proc.splitlines():
+                parts = line.split()
+                if len(parts) >= 5:
+                    states[parts[0]] = parts[4]
+            live = {name for name, state in states.items() if state == "Live"}
+            builtin = {n for n in self.sysfs.listdir("sys/module") if n not in states}
+            return frozenset(live | builtin)
         out = set()
         for name in self.sysfs.listdir("sys/module"):
             state = self.sysfs.read(f"sys/module/{name}/initstate")

@@ -44,9 +44,10 @@ class OpenFiles:
                 found.unreadable.append(pid)
                 continue
             comm = None
+            prefix = f"{base}/"  # str joins: pathlib per fd dominated observe() under TCG
             for fd in fds:
                 try:
-                    target = os.readlink(base / fd)
+                    target = os.readlink(prefix + fd)
                 except OSError:
                     continue
                 if target.startswith(("/dev/vfio/", "/dev/infiniband/")):

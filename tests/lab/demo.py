@@ -158,8 +158,10 @@ def main() -> int:
         log(f"rdmad's log since the reboot (tail):\n{history.out}")
     except Exception:
         if g is not None and g.alive():
-            diag = g.run("rdma link show; ip -d link show; systemctl status rdmad --no-pager; "
-                         "journalctl -u rdmad -b --no-pager -o cat | tail -n 60")
+            diag = g.run(
+                "rdma link show; ip -d link show; systemctl status rdmad --no-pager; "
+                "journalctl -u rdmad -b --no-pager -o cat | tail -n 60"
+            )
             log(f"demo failed; the guest shows:\n{diag.out}{diag.err}")
         raise
     finally:

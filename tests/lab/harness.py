@@ -842,6 +842,9 @@ class Guest:
         """Undo what scenario tests commonly leave behind (best effort)."""
         self.run(
             "systemctl stop 'lab-*.service' 2>/dev/null; "
+            # A test's rdmad would fight the next test's setup: stop it and forget it.
+            "systemctl disable --now rdmad.service 2>/dev/null; "
+            "rm -rf /etc/rdmad /var/lib/rdmad /run/rdmad; "
             "for l in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys;"
             '[print(x["ifname"]) for x in json.load(sys.stdin)]\' 2>/dev/null); do '
             "rdma link delete $l; done; "
