@@ -49,15 +49,19 @@ class PciFunction:
 class Sysfs:
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.root = Path(root)
+        self._prefix = str(root).rstrip("/")
 
-    def path(self, rel: str) -> Path:
-        return self.root / rel.lstrip("/")
+    def path(self, rel: str) -> str:
+        # Plain string joins: pathlib's per-call parsing was the largest cost of an
+        # observe() pass in the TCG guest (~40 %), and a pass does ~250 of these.
+        return f"{self._prefix}/{rel.lstrip('/')}"
 
     # --- primitive reads ------------------------------------------------------------
 
     def read(self, rel: str) -> str | None:
         try:
-            return self.path(rel).read_text().strip()
+            with open(self.path(rel)) as fh:
+                return fh.read().strip()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -309,7 +313,7 @@ class Sysfs:
             return []
         for fd in entries:
             try:
-                out.append(os.readlink(base / fd))
+                out.append(os.readlink(f"{base}/{fd}"))
             except OSError:
                 continue  # fd closed meanwhile
         return out

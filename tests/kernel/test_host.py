@@ -51,7 +51,7 @@ class KernelishSysfs(Sysfs):
         super().write(rel, value, op=op)
         pci = value.strip()
         if rel.endswith("/unbind"):
-            link = self.path(f"{DEV}/{pci}/driver")
+            link = Path(self.path(f"{DEV}/{pci}/driver"))
             if link.is_symlink():
                 link.unlink()
         elif rel == "sys/bus/pci/drivers_probe":
