@@ -37,10 +37,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from pyroute2.netlink import nla
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-
 from rdmad.kernel.errors import KernelError
+from rdmad.kernel.pyroute2_lean import ifinfmsg, nla
 from rdmad.model import VfChange, VfSettings
 
 # --- netlink and rtnetlink constants (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h)

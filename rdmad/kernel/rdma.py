@@ -28,8 +28,6 @@ import socket
 import struct
 from typing import Any
 
-from pyroute2.netlink import nlmsg
-
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink import (
     NLM_F_DUMP,
@@ -38,6 +36,7 @@ from rdmad.kernel.netlink import (
     NlMsg,
     own_nla_table,
 )
+from rdmad.kernel.pyroute2_lean import nlmsg
 from rdmad.model import RdmaLinkObserved
 
 NETLINK_RDMA = 20
