@@ -438,6 +438,17 @@ class SetNumVfs(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SetLinkUp(Action):
+    """Bring a PF netdev up: some drivers create VFs only while the PF is up."""
+
+    netdev: str = ""
+    kind: ClassVar[str] = "set-link-up"
+
+    def describe(self) -> str:
+        return f"ip link set {self.netdev} up"
+
+
+@dataclass(frozen=True, slots=True)
 class VfChange:
     vf: int
     attr: str  # a VfSettings field name

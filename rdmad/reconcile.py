@@ -40,6 +40,7 @@ from rdmad.model import (
     PlanState,
     RxeSpec,
     SetIbVf,
+    SetLinkUp,
     SetNumVfs,
     SetVfSettings,
     SriovSpec,
@@ -51,6 +52,9 @@ from rdmad.model import (
 )
 
 RXE_MODULE = "rdma_rxe"
+
+# PF drivers that create VFs only while the PF netdev is up (FIELD.md: bnxt).
+PF_UP_DRIVERS = frozenset({"bnxt_en"})
 
 # VfSpec attributes that travel in rtnetlink IFLA_VFINFO_LIST, in VfSettings order.
 NETLINK_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(VfSettings))
@@ -138,6 +142,15 @@ def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) ->
 
 
 def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
+    actions = _numvfs_steps(obj, spec, pf)
+    creates = any(isinstance(a, SetNumVfs) and a.new > 0 for a in actions)
+    if creates and pf.driver in PF_UP_DRIVERS and pf.operstate_up is False and pf.netdev:
+        why = f"{pf.driver} creates VFs only while the PF is up"
+        return [SetLinkUp(obj, why, netdev=pf.netdev), *actions]
+    return actions
+
+
+def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
     old, new = pf.numvfs, spec.numvfs
     if old == 0:
         return [SetNumVfs(obj, f"restore {new} VFs", pci=pf.pci, old=0, new=new)]

@@ -39,6 +39,7 @@ from rdmad.model import (
     Observed,
     RdmaLinkObserved,
     SetIbVf,
+    SetLinkUp,
     SetNumVfs,
     SetVfSettings,
     VfChange,
@@ -145,6 +146,8 @@ class LinkSource(Protocol):
         changes: Sequence[VfChange],
         current: Mapping[int, VfSettings],
     ) -> list[VfChangeResult]: ...
+
+    async def set_up(self, link: int | str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -295,6 +298,8 @@ class KernelHost:
             return not_applied(action)
         if isinstance(action, SetNumVfs):
             return await self._set_numvfs(action)
+        if isinstance(action, SetLinkUp):
+            return await self._set_link_up(action)
         if isinstance(action, SetVfSettings):
             return await self._set_vf_settings(action)
         if isinstance(action, SetIbVf):
@@ -553,6 +558,17 @@ class KernelHost:
 
     # --- rxe ----------------------------------------------------------------------------------
 
+    async def _set_link_up(self, action: SetLinkUp) -> ApplyResult:
+        change = (f"{action.netdev} link", "down", "up")
+        rtnl = self.rtnl
+
+        async def do() -> None:
+            if rtnl is None:
+                raise KernelError(f"set {action.netdev} up", "", None, "rtnetlink is not open")
+            await rtnl.set_up(action.netdev)
+
+        return _verdict(action, await self._write(action, [change], do))
+
     async def _add_rxe(self, action: AddRxe) -> ApplyResult:
         change = (f"rdma link {action.name}", None, f"rxe on {action.netdev}")
         rdma = self._rdma_or_none()
@@ -629,6 +645,8 @@ def planned_changes(action: Action) -> list[Change]:
     """(target, old, new) of each write an action stands for, as the planner saw it."""
     if isinstance(action, SetNumVfs):
         return [(f"{action.pci} sriov_numvfs", action.old, action.new)]
+    if isinstance(action, SetLinkUp):
+        return [(f"{action.netdev} link", "down", "up")]
     if isinstance(action, SetVfSettings):
         return [(f"{action.pf_netdev} vf {c.vf} {c.attr}", c.old, c.new) for c in action.changes]
     if isinstance(action, SetIbVf):

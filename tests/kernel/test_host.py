@@ -32,6 +32,7 @@ from rdmad.model import (
     LoadModule,
     RdmaLinkObserved,
     SetIbVf,
+    SetLinkUp,
     SetNumVfs,
     SetVfSettings,
     VfChange,
@@ -83,6 +84,11 @@ class FakeRtnl:
             )
             for c in changes
         ]
+
+    async def set_up(self, link: int | str) -> None:
+        if "up" in self.refuse:
+            raise KernelError(f"set {link} up", "", self.refuse["up"])
+        self.calls.append((link, [], {}))
 
     def close(self) -> None:
         pass
@@ -233,6 +239,18 @@ async def test_set_vf_settings_reports_per_attribute(tree: Path) -> None:
     ]
     [(link, sent, cur)] = rtnl.calls
     assert link == "enp94s0f0" and sent == list(changes) and cur[0].vlan == 5
+
+
+async def test_set_link_up_goes_through_rtnetlink_and_reports_refusals(tree: Path) -> None:
+    rtnl = FakeRtnl([pf_link({})])
+    host = make_host(tree, rtnl=rtnl)
+    result = await host.apply(SetLinkUp("o", "bnxt needs it", netdev="enp94s0f0"))
+    assert result.ok and rtnl.calls == [("enp94s0f0", [], {})]
+    assert [(w.target, w.old, w.new) for w in result.writes] == [("enp94s0f0 link", "down", "up")]
+    refused = make_host(tree, rtnl=FakeRtnl([pf_link({})], refuse={"up": errno.EPERM}))
+    result = await refused.apply(SetLinkUp("o", "bnxt needs it", netdev="enp94s0f0"))
+    [error] = result.errors
+    assert not result.ok and "set enp94s0f0 up" in str(error) and "EPERM" in str(error)
 
 
 async def test_set_vf_settings_without_netlink_fails_clearly(tree: Path) -> None:

@@ -23,6 +23,7 @@ from rdmad.model import (
     PfObserved,
     RdmaLinkObserved,
     SetIbVf,
+    SetLinkUp,
     SetNumVfs,
     SetVfSettings,
     VfObserved,
@@ -52,6 +53,14 @@ class SimKernel:
         o = self.observed
         if isinstance(action, SetNumVfs):
             self._replace_pf(action.pci, lambda pf: self._numvfs(pf, action))
+        elif isinstance(action, SetLinkUp):
+            self.observed = dataclasses.replace(
+                o,
+                pfs=tuple(
+                    dataclasses.replace(pf, operstate_up=True) if pf.netdev == action.netdev else pf
+                    for pf in o.pfs
+                ),
+            )
         elif isinstance(action, SetVfSettings):
             self._replace_pf(action.pci, lambda pf: _settings(pf, action))
         elif isinstance(action, SetIbVf):
@@ -122,6 +131,8 @@ class SimKernel:
         self.observed = dataclasses.replace(self.observed, pfs=tuple(pfs))
 
     def _numvfs(self, pf: PfObserved, action: SetNumVfs) -> PfObserved:
+        if pf.driver == "bnxt_en" and pf.operstate_up is False and action.new:
+            raise SimError(errno.ENETDOWN, f"{pf.pci}: bnxt creates VFs only while up")
         if action.new > pf.totalvfs:
             raise SimError(errno.ERANGE, f"{action.new} > {pf.totalvfs}")
         if pf.numvfs != 0 and action.new != 0:

@@ -23,6 +23,7 @@ from rdmad.model import (
     PlanState,
     RdmaLinkObserved,
     SetIbVf,
+    SetLinkUp,
     SetNumVfs,
     SetVfSettings,
     Usage,
@@ -131,6 +132,18 @@ def test_count_change_blocked_when_some_vfs_are_invisible() -> None:
 def test_numvfs_above_totalvfs_is_blocked() -> None:
     [a] = plan(desired(sriov=[sriov(9)]), node(pf(totalvfs=7)), PlanState())
     assert isinstance(a, Blocked) and "exceeds sriov_totalvfs 7" in a.reason
+
+
+def test_pf_brought_up_first_for_drivers_that_need_it() -> None:
+    p = dataclasses.replace(pf(numvfs=0), driver="bnxt_en", operstate_up=False)
+    actions = plan(desired(sriov=[sriov(4)]), node(p), PlanState())
+    assert [type(a) for a in actions] == [SetLinkUp, SetNumVfs]
+    assert actions[0].describe() == "ip link set ens1f0 up"
+    # Up already, or a driver that does not need it: the count alone.
+    for other in (dataclasses.replace(p, operstate_up=True), dataclasses.replace(p, driver="ice")):
+        assert [type(a) for a in plan(desired(sriov=[sriov(4)]), node(other), PlanState())] == [
+            SetNumVfs
+        ]
 
 
 def test_pf_without_driver_waits_for_it() -> None:
@@ -381,7 +394,12 @@ def scenarios(draw: st.DrawFn) -> tuple[Desired, Observed, PlanState]:
     ib = draw(st.booleans())
     current = draw(st.integers(0, total))
     p = pf(numvfs=current, totalvfs=total, ib=ib)
-    p = dataclasses.replace(p, vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs))
+    p = dataclasses.replace(
+        p,
+        vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs),
+        driver=draw(st.sampled_from(["mlx5_core", "bnxt_en"])),
+        operstate_up=draw(st.sampled_from([True, False, None])),
+    )
     want = draw(st.integers(0, total))
     indexes = draw(st.sets(st.integers(0, max(want - 1, 0)), max_size=want))
     vfs = [draw(vf_specs(i, ib)) for i in sorted(indexes)] if want else []
