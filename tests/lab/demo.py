@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import Guest, GuestPool, find_image, log, missing_prerequisite
+from service import write_config
 
 NUMVFS = 4
 RXE = "rxe0"
@@ -117,7 +118,7 @@ def main() -> int:
         ).strip()
         cfg = config_text(igb_pci, nic_pci)
         log(f"declaring in /etc/rdmad/rdmad.toml:\n{cfg}")
-        g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=cfg.encode())
+        write_config(g, cfg)
         g.check("rdmad check-config")
         condition = restored_condition(pf_netdev)
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import Guest
+from service import write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -23,16 +24,12 @@ def _show(guest: Guest, prop: str) -> str:
     return guest.check(f"systemctl show -p {prop} --value rdmad.service").strip()
 
 
-def _write_config(guest: Guest, text: str) -> None:
-    guest.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=text.encode())
-
-
 @pytest.fixture
 def daemon_guest(guest: Guest) -> Iterator[Guest]:
     report = guest.install_rdmad()
     assert report.unit_installed, "systemd/rdmad.service was not installed"
     guest.check("ip link add labd0 type veth peer name labd1")
-    _write_config(guest, CONFIG)
+    write_config(guest, CONFIG)
     yield guest
     guest.run(
         "systemctl stop rdmad.service; rm -rf /etc/rdmad /var/lib/rdmad; "
@@ -56,7 +53,7 @@ def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:
     g.wait_for("rdma link show | grep -q 'rxe0/1 .*netdev labd0'", timeout=30)
 
     # SIGHUP with a broken config: last good kept, errors in STATUS and the journal.
-    _write_config(g, CONFIG + "\n[[sriov]]\nnumvfs = -1\n")
+    write_config(g, CONFIG + "\n[[sriov]]\nnumvfs = -1\n")
     g.check("systemctl reload rdmad.service")
     g.wait_for(
         "systemctl show -p StatusText --value rdmad.service | grep -q 'config invalid'", timeout=60
@@ -67,7 +64,7 @@ def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:
     assert "rxe0" in {lk["ifname"] for lk in g.rdma_links()}
 
     # A good config again clears the errors.
-    _write_config(g, CONFIG)
+    write_config(g, CONFIG)
     g.check("systemctl reload rdmad.service")
     g.wait_for(
         "! systemctl show -p StatusText --value rdmad.service | grep -q 'config invalid'",

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from harness import Guest
+from service import STATE, reload, start, status_text, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
-STATE = "/var/lib/rdmad/state.json"
 # Under TCG with another guest on the same two cores a single event-driven
 # re-creation has been seen to take well under a second; leave room for load.
 EVENT_DEADLINE = 30.0
@@ -43,21 +43,6 @@ def daemon_config(*rxe: tuple[str, str], extra: str = "") -> str:
     return "\n".join(lines) + extra
 
 
-def write_config(g: Guest, text: str) -> None:
-    g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=text.encode())
-
-
-def start(g: Guest, text: str) -> None:
-    """Write the config and (re)start rdmad; Type=notify returns after the first pass."""
-    write_config(g, text)
-    g.check("systemctl restart rdmad.service", timeout=300)
-
-
-def reload(g: Guest, text: str) -> None:
-    write_config(g, text)
-    g.check("systemctl reload rdmad.service")
-
-
 def link_on(name: str, netdev: str) -> str:
     """Shell condition: RDMA link NAME exists on NETDEV."""
     pattern = f"^link {name}/1 .*netdev {netdev}( |$)"
@@ -70,10 +55,6 @@ def wait_link(g: Guest, name: str, netdev: str, timeout: float = EVENT_DEADLINE)
 
 def present(g: Guest, name: str) -> bool:
     return g.exists(f"/sys/class/infiniband/{name}")
-
-
-def status_text(g: Guest) -> str:
-    return g.check("systemctl show -p StatusText --value rdmad.service").strip()
 
 
 def timed(g: Guest, action: str, name: str, timeout: float = EVENT_DEADLINE) -> float:

@@ -27,47 +27,13 @@ from typing import Any
 
 import pytest
 from harness import Guest, log
+from service import history, journal, reload, start, write_config
+from service import status_text as status
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
 
-STATE = "/var/lib/rdmad/state.json"
-
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def write_config(g: Guest, text: str) -> None:
-    g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=text.encode())
-    g.check("rdmad check-config")
-
-
-def start(g: Guest, text: str) -> None:
-    write_config(g, text)
-    # Type=notify: returns after READY=1 (first reconcile done, or its deadline).
-    g.check("systemctl restart rdmad.service", timeout=300)
-
-
-def reload(g: Guest, text: str) -> None:
-    write_config(g, text)
-    g.check("systemctl reload rdmad.service")
-
-
-def status(g: Guest) -> str:
-    return g.check("systemctl show -p StatusText --value rdmad.service").strip()
-
-
-def journal(g: Guest) -> str:
-    """rdmad's log since its last (re)start: the shared guest keeps earlier tests' lines."""
-    return g.check(
-        "journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="
-        "$(systemctl show -p InvocationID --value rdmad.service)",
-        timeout=120,
-    )
-
-
-def history(g: Guest) -> list[dict[str, Any]]:
-    res = g.run(f"cat {STATE}")
-    return list(json.loads(res.out).get("history", [])) if res.ok else []
 
 
 def vf_entries(g: Guest, pf_netdev: str) -> dict[int, dict[str, Any]]:
