@@ -37,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 
-from harness import Guest, GuestPool, find_image, log, missing_prerequisite  # noqa: E402
+from harness import Guest, log, pool_or_exit  # noqa: E402
 
 RXE = "rxbench"
 NETDEV = "benchv0"
@@ -170,13 +170,7 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.5, help="idle seconds before each run")
     ap.add_argument("--timeout", type=float, default=20.0, help="per-run deadline (s)")
     args = ap.parse_args()
-    reason = missing_prerequisite()
-    if reason is not None:
-        print(f"bench_rxe: {reason}", file=sys.stderr)
-        return 2
-    image = find_image()
-    assert image is not None
-    pool = GuestPool(image)
+    pool = pool_or_exit("bench_rxe")
     started = time.monotonic()
     try:
         result = run(pool.shared(), args.runs, args.gap, args.timeout)

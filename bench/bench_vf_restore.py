@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lab"))
 
-from harness import Guest, GuestPool, find_image, log, missing_prerequisite
+from harness import Guest, log, pool_or_exit
 
 NSIM_ID = 21
 GUEST_ARGV = ["/opt/rdmad/venv/bin/python", "/tmp/bench_vf_restore.py"]
@@ -205,13 +205,7 @@ def main() -> int:
     p.add_argument("--nsim-vfs", type=int, default=64, help="netdevsim VFs (max_vfs raised)")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    missing = missing_prerequisite()
-    if missing:
-        print(f"bench: the lab cannot run: {missing}", file=sys.stderr)
-        return 1
-    image = find_image()
-    assert image is not None
-    pool = GuestPool(image)
+    pool = pool_or_exit("bench_vf_restore")
     rows = []
     try:
         g = pool.shared()

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import Guest, GuestPool, find_image, log, missing_prerequisite
+from harness import Guest, log, pool_or_exit
 from service import write_config
 
 NUMVFS = 4
@@ -96,13 +96,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
     args = p.parse_args()
-    missing = missing_prerequisite()
-    if missing:
-        print(f"demo: the lab cannot run: {missing}", file=sys.stderr)
-        return 1
-    image = find_image()
-    assert image is not None
-    pool = GuestPool(image)
+    pool = pool_or_exit("demo")
     result: dict[str, Any] = {}
     g: Guest | None = None
     try:

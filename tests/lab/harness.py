@@ -899,6 +899,15 @@ def remove_stale_workdirs() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def pool_or_exit(who: str) -> GuestPool:
+    """A GuestPool for a script (demo, benchmarks); exits with the reason if the lab can't run."""
+    missing = missing_prerequisite()
+    image = find_image() if missing is None else None
+    if image is None:
+        raise SystemExit(f"{who}: the lab cannot run: {missing or 'no guest image'}")
+    return GuestPool(image)
+
+
 class GuestPool:
     """At most one live guest: a shared one (for tests that leave it usable)
     or a fresh one (for tests that reboot or break it). Two guests on two
