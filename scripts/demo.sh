@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 plan_demo() {
-    local root
-    root=$(mktemp -d)
-    trap 'rm -rf "$root"' EXIT
+    # Global, not local: the EXIT trap runs after this function has returned.
+    demo_root=$(mktemp -d)
+    trap 'rm -rf "$demo_root"' EXIT
+    local root=$demo_root
     .venv/bin/python -m tests.support.fakesysfs "$root"
     echo "\$ rdmad check-config --config tests/fixtures/demo-node.toml"
     .venv/bin/rdmad check-config --config tests/fixtures/demo-node.toml
