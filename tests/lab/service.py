@@ -25,6 +25,15 @@ def reload(g: Guest, text: str) -> None:
     g.check("systemctl reload rdmad.service")
 
 
+def stop_and_forget(g: Guest) -> None:
+    """Stop rdmad and remove its config and state, so the next test starts from nothing."""
+    g.run(
+        "systemctl stop rdmad.service; systemctl reset-failed rdmad.service; "
+        "rm -rf /etc/rdmad /var/lib/rdmad",
+        timeout=360,
+    )
+
+
 def status_text(g: Guest) -> str:
     """The one-line status rdmad sends with sd_notify STATUS=."""
     return g.check("systemctl show -p StatusText --value rdmad.service").strip()

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import Guest
-from service import write_config
+from service import stop_and_forget, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -31,11 +31,8 @@ def daemon_guest(guest: Guest) -> Iterator[Guest]:
     guest.check("ip link add labd0 type veth peer name labd1")
     write_config(guest, CONFIG)
     yield guest
-    guest.run(
-        "systemctl stop rdmad.service; rm -rf /etc/rdmad /var/lib/rdmad; "
-        "ip link del labd0; systemctl reset-failed rdmad.service",
-        timeout=360,
-    )
+    stop_and_forget(guest)
+    guest.run("ip link del labd0")
 
 
 def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from harness import Guest
-from service import STATE, reload, start, status_text, write_config
+from service import STATE, reload, start, status_text, stop_and_forget, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -113,9 +113,9 @@ def rdmad(guest: Guest) -> Iterator[Guest]:
     assert report.unit_installed
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad")
     yield guest
+    stop_and_forget(guest)
     guest.run(
-        "systemctl stop rdmad.service; systemctl reset-failed rdmad.service; "
-        "rm -rf /etc/rdmad /var/lib/rdmad; systemctl stop 'lab-*.service'; "
+        "systemctl stop 'lab-*.service'; "
         "for l in $(ls /sys/class/net | grep '^labr'); do ip link del $l 2>/dev/null; done; "
         "ip netns del labrns 2>/dev/null; true",
         timeout=360,

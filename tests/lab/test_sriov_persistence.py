@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from harness import Guest, log
-from service import history, journal, reload, start, write_config
+from service import history, journal, reload, start, stop_and_forget, write_config
 from service import status_text as status
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
@@ -103,11 +103,7 @@ def rdmad_guest(guest: Guest) -> Iterator[Guest]:
     report = guest.install_rdmad()
     assert report.unit_installed
     yield guest
-    guest.run(
-        "systemctl stop rdmad.service; systemctl reset-failed rdmad.service; "
-        "rm -rf /etc/rdmad /var/lib/rdmad",
-        timeout=360,
-    )
+    stop_and_forget(guest)
 
 
 # --- igb: converge, drift -------------------------------------------------------------------
