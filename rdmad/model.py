@@ -83,6 +83,14 @@ ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]
 VlanProto = Literal["802.1Q", "802.1ad"]
 LinkState = Literal["auto", "enable", "disable"]
 IbPolicy = Literal["Follow", "Up", "Down"]
+# What to do when a VF that is in use has drifted from its declared settings:
+# "report" (default) says so and leaves it alone, "apply" rewrites it anyway.
+# Rewriting MAC/VLAN/trust under a VM resets the VF on several drivers (i40e, ice)
+# and fights libvirt, so applying is an explicit opt-in.
+InUseDriftPolicy = Literal["report", "apply"]
+# VfSpec.driver value meaning "no driver": the VF stays unbound (e.g. for passthrough
+# tools that bind it themselves); kept so through driver_override.
+NO_DRIVER = "none"
 
 # Seconds as a float, written in config as "150ms", "5m", "2s" or a bare number.
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -170,7 +178,9 @@ class VfSpec(_Spec):
     min_tx_rate: int | None = Field(default=None, ge=0)
     max_tx_rate: int | None = Field(default=None, ge=0)
     query_rss: bool | None = None
+    # A kernel driver name, or "none" to keep the VF unbound.
     driver: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
+    in_use_drift: InUseDriftPolicy | None = None  # None: the PF's setting
     node_guid: Guid | None = None
     port_guid: Guid | None = None
     policy: IbPolicy | None = None
@@ -195,6 +205,7 @@ class SriovSpec(_Spec):
     pf: PfRef
     numvfs: int = Field(ge=0, le=4096)
     driver_guard: bool = True
+    in_use_drift: InUseDriftPolicy = "report"
     vf: tuple[VfSpec, ...] = ()
 
     @model_validator(mode="after")
@@ -408,6 +419,21 @@ class PlanState:
     """
 
     managed_rxe: frozenset[str] = frozenset()
+    # VF attributes a driver refused as unsupported, not retried until the config or
+    # the PF's driver changes.
+    unsupported: frozenset[UnsupportedKey] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UnsupportedKey:
+    """A VF attribute a PF driver refused (EOPNOTSUPP, EPROTONOSUPPORT, EINVAL)."""
+
+    pci: str  # the PF
+    driver: str  # the PF's driver when it refused
+    vf: int
+    attr: str
+    value: str  # format_value() of what was refused: another value may work
+    error: str = field(default="", compare=False)  # what the kernel said, for status
 
 
 # --- actions ----------------------------------------------------------------------------
@@ -462,6 +488,7 @@ class SetVfSettings(Action):
 
     pci: str = ""
     pf_netdev: str = ""
+    pf_ifindex: int | None = None  # the PF is addressed by ifindex: names can change
     changes: tuple[VfChange, ...] = ()
     kind: ClassVar[str] = "set-vf"
 
@@ -483,6 +510,7 @@ class SetIbVf(Action):
     vf_pci: str = ""
     changes: tuple[VfChange, ...] = ()
     rebind: bool = False  # unbind + bind the VF so new GUIDs take effect
+    vf_driver: str | None = None  # the VF's driver when planned (what the rebind unbinds)
     kind: ClassVar[str] = "set-ib-vf"
 
     def describe(self) -> str:
@@ -493,9 +521,13 @@ class SetIbVf(Action):
 
 @dataclass(frozen=True, slots=True)
 class BindVfDriver(Action):
+    """Bind a VF to ``new`` (or keep it unbound when ``new`` is NO_DRIVER) via driver_override."""
+
     vf_pci: str = ""
-    old: str | None = None
+    old: str | None = None  # the VF's driver when planned
     new: str = ""
+    override_old: str | None = None  # driver_override when planned
+    load_module: bool = False  # the driver's module was not loaded when planned
     kind: ClassVar[str] = "bind-vf"
 
     def describe(self) -> str:
@@ -524,6 +556,7 @@ class AddRxe(Action):
 @dataclass(frozen=True, slots=True)
 class DeleteRxe(Action):
     name: str = ""
+    netdev: str | None = None  # where the link was when planned
     kind: ClassVar[str] = "delete-rxe"
 
     def describe(self) -> str:
@@ -552,6 +585,32 @@ class Waiting(Action):
         return f"waiting: {self.reason}"
 
 
+@dataclass(frozen=True, slots=True)
+class Unsupported(Action):
+    """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
+
+    vf: int = 0
+    attr: str = ""
+    kind: ClassVar[str] = "unsupported"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"unsupported: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class InUseDrift(Action):
+    """A VF in use differs from its declaration; left alone unless in_use_drift = "apply"."""
+
+    vf: int = 0
+    attr: str = ""
+    kind: ClassVar[str] = "drift-in-use"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"drift on in-use VF: {self.reason}"
+
+
 def format_value(value: object) -> str:
     """How a setting reads in plans and logs: None is 'unset', booleans are on/off."""
     if value is None:
@@ -569,6 +628,8 @@ class ObjectState(enum.Enum):
     PENDING = "pending"  # actions to apply, or waiting for the kernel
     BLOCKED = "blocked"  # would hurt something in use, or impossible as declared
     DEGRADED = "degraded"  # applying failed; retried with backoff
+    UNSUPPORTED = "unsupported-by-driver"  # all else converged; the driver refuses an attribute
+    DRIFT_IN_USE = "drift-on-in-use-vf"  # all else converged; a VF in use differs, left alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,8 +639,19 @@ class ObjectStatus:
     message: str = ""
 
 
+# Notes that leave an object otherwise converged, in the order they are reported.
+_NOTE_STATES: tuple[tuple[type[Action], ObjectState], ...] = (
+    (InUseDrift, ObjectState.DRIFT_IN_USE),
+    (Unsupported, ObjectState.UNSUPPORTED),
+)
+
+
 def summarize(objects: list[str], actions: list[Action]) -> list[ObjectStatus]:
-    """Per declared object: converged when the plan has nothing for it."""
+    """Per declared object: converged when the plan has nothing for it.
+
+    Blocked beats pending (actions or waiting) beats the notes that leave an object
+    otherwise converged (drift on an in-use VF, an attribute the driver refuses).
+    """
     result = []
     for obj in objects:
         mine = [a for a in actions if a.obj == obj]
@@ -587,8 +659,16 @@ def summarize(objects: list[str], actions: list[Action]) -> list[ObjectStatus]:
             result.append(ObjectStatus(obj, ObjectState.CONVERGED))
             continue
         blocked = [a for a in mine if isinstance(a, Blocked)]
+        notes = {t: [a for a in mine if isinstance(a, t)] for t, _ in _NOTE_STATES}
+        active = [a for a in mine if not isinstance(a, Blocked | InUseDrift | Unsupported)]
         if blocked:
             result.append(ObjectStatus(obj, ObjectState.BLOCKED, blocked[0].reason))
+        elif active:
+            result.append(ObjectStatus(obj, ObjectState.PENDING, active[0].reason))
         else:
-            result.append(ObjectStatus(obj, ObjectState.PENDING, mine[0].reason))
+            for kind, state in _NOTE_STATES:
+                if notes[kind]:
+                    msg = "; ".join(a.reason for a in notes[kind])
+                    result.append(ObjectStatus(obj, state, msg))
+                    break
     return result
