@@ -26,12 +26,14 @@ from collections.abc import Iterator
 from dataclasses import fields
 
 from rdmad.model import (
+    NO_DRIVER,
     Action,
     AddRxe,
     BindVfDriver,
     Blocked,
     DeleteRxe,
     Desired,
+    InUseDrift,
     LoadModule,
     NetdevObserved,
     NetdevRef,
@@ -44,11 +46,14 @@ from rdmad.model import (
     SetNumVfs,
     SetVfSettings,
     SriovSpec,
+    Unsupported,
+    UnsupportedKey,
     VfChange,
     VfObserved,
     VfSettings,
     VfSpec,
     Waiting,
+    format_value,
 )
 
 RXE_MODULE = "rdma_rxe"
@@ -65,7 +70,7 @@ def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]
     actions: list[Action] = []
     claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
     for spec in desired.sriov:
-        actions.extend(_plan_sriov(spec, observed, claimed))
+        actions.extend(_plan_sriov(spec, observed, state, claimed))
     actions.extend(_plan_rxe(desired, observed, state))
     return actions
 
@@ -77,20 +82,29 @@ def declared_objects(desired: Desired) -> list[str]:
 # --- SR-IOV ---------------------------------------------------------------------------
 
 
-def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | None:
-    for pf in observed.pfs:
-        if ref.pci is not None and pf.pci == ref.pci:
-            return pf
-        if ref.name is not None and pf.netdev == ref.name:
-            return pf
-        if ref.mac is not None and ref.mac in (pf.perm_mac, pf.mac):
-            return pf
-    return None
+def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | str | None:
+    """The PF a reference names; a string explains an ambiguous match (MACs can repeat:
+    bonds copy them, some NICs share one across ports)."""
+    hits = [
+        pf
+        for pf in observed.pfs
+        if (ref.pci is not None and pf.pci == ref.pci)
+        or (ref.name is not None and pf.netdev == ref.name)
+        or (ref.mac is not None and ref.mac in (pf.perm_mac, pf.mac))
+    ]
+    if len(hits) > 1:
+        pcis = ", ".join(pf.pci for pf in hits)
+        return f"{ref.describe()} matches several PFs ({pcis}); name it by PCI address"
+    return hits[0] if hits else None
 
 
-def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) -> list[Action]:
+def _plan_sriov(
+    spec: SriovSpec, observed: Observed, state: PlanState, claimed: dict[str, str]
+) -> list[Action]:
     obj = spec.obj
     pf = find_pf(spec.pf, observed)
+    if isinstance(pf, str):
+        return [Blocked(obj, pf)]
     if pf is None:
         return [Waiting(obj, f"{spec.pf.describe()} is not present (no SR-IOV capable device)")]
     if pf.pci in claimed:
@@ -117,10 +131,9 @@ def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) ->
         if vf is None or vf.pci is None:
             actions.append(Waiting(obj, f"VF {vf_spec.index} of {pf.pci} has not appeared yet"))
             continue
-        actions.extend(_plan_vf_binding(obj, pf, vf_spec, vf))
-        changes, note = _netlink_changes(obj, pf, vf_spec, vf)
-        if note is not None:
-            actions.append(note)
+        actions.extend(_plan_vf_binding(obj, pf, vf_spec, vf, observed))
+        changes, notes = _netlink_changes(obj, spec, pf, vf_spec, vf, state)
+        actions.extend(notes)
         netlink_changes.extend(changes)
     if netlink_changes:
         if pf.netdev is None:
@@ -135,6 +148,7 @@ def _plan_sriov(spec: SriovSpec, observed: Observed, claimed: dict[str, str]) ->
                     f"restore declared settings of {what}",
                     pci=pf.pci,
                     pf_netdev=pf.netdev,
+                    pf_ifindex=pf.ifindex,
                     changes=tuple(netlink_changes),
                 )
             )
@@ -181,25 +195,70 @@ def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
 
 
 def _netlink_changes(
-    obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved
-) -> tuple[list[VfChange], Action | None]:
+    obj: str,
+    pf_spec: SriovSpec,
+    pf: PfObserved,
+    spec: VfSpec,
+    vf: VfObserved,
+    state: PlanState,
+) -> tuple[list[VfChange], list[Action]]:
+    """The rtnetlink changes one VF needs, and notes on the ones it does not get.
+
+    A change the PF's driver refused as unsupported (``state.unsupported``) is not
+    planned again until the config or the driver changes. A VF in use is not
+    rewritten unless its declaration opts in (``in_use_drift = "apply"``).
+    """
     wanted = [(a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None]
     if not wanted:
-        return [], None
+        return [], []
     if vf.settings is None:
         why = pf.settings_note or "the kernel did not report them"
-        return [], Waiting(obj, f"settings of VF {vf.index} are unknown: {why}")
-    changes = []
+        return [], [Waiting(obj, f"settings of VF {vf.index} are unknown: {why}")]
+    changes: list[VfChange] = []
+    notes: list[Action] = []
+    refused = {k: k for k in state.unsupported if k.pci == pf.pci and k.vf == vf.index}
     for attr, new in wanted:
         old = getattr(vf.settings, attr)
-        if old != new:
-            changes.append(VfChange(vf.index, attr, old, new))
-    return changes, None
+        if old == new:
+            continue
+        key = UnsupportedKey(pf.pci, pf.driver or "", vf.index, attr, format_value(new))
+        if key in refused:
+            said = refused[key].error or "refused"
+            notes.append(
+                Unsupported(
+                    obj,
+                    f"VF {vf.index} {attr} = {format_value(new)}: not supported by "
+                    f"{pf.driver or 'the PF driver'} ({said}); not retried until the config "
+                    "or the driver changes",
+                    vf=vf.index,
+                    attr=attr,
+                )
+            )
+            continue
+        changes.append(VfChange(vf.index, attr, old, new))
+    policy = spec.in_use_drift or pf_spec.in_use_drift
+    if changes and vf.usage.busy and policy != "apply":
+        what = ", ".join(
+            f"{c.attr} {format_value(c.old)} (declared {format_value(c.new)})" for c in changes
+        )
+        notes.append(
+            InUseDrift(
+                obj,
+                f"VF {vf.index} ({vf.pci}) differs: {what}; left alone because it is in use: "
+                f'{vf.usage.describe()} (in_use_drift = "apply" rewrites it)',
+                vf=vf.index,
+                attr=",".join(c.attr for c in changes),
+            )
+        )
+        return [], notes
+    return changes, notes
 
 
-def _plan_vf_binding(obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved) -> Iterator[Action]:
+def _plan_vf_binding(
+    obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved, observed: Observed
+) -> Iterator[Action]:
     assert vf.pci is not None
-    rebind_driver = spec.driver is not None and vf.driver != spec.driver
+    rebind_driver = spec.driver is not None and not _bound_as_declared(spec.driver, vf)
     ib_changes = _ib_changes(spec, vf)
     if ib_changes is None:
         yield Blocked(
@@ -231,15 +290,34 @@ def _plan_vf_binding(obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved) -> 
             changes=tuple(ib_changes),
             # A driver change re-binds anyway; do it once.
             rebind=needs_rebind and not rebind_driver,
+            vf_driver=vf.driver,
         )
     if rebind_driver and spec.driver is not None:
+        unbound = spec.driver == NO_DRIVER
         yield BindVfDriver(
             obj,
-            f"VF {vf.index} is declared with driver {spec.driver}",
+            f"VF {vf.index} is declared unbound (driver = none)"
+            if unbound
+            else f"VF {vf.index} is declared with driver {spec.driver}",
             vf_pci=vf.pci,
             old=vf.driver,
             new=spec.driver,
+            override_old=vf.driver_override,
+            load_module=not unbound and _module_name(spec.driver) not in observed.modules.loaded,
         )
+
+
+def _bound_as_declared(driver: str, vf: VfObserved) -> bool:
+    """Bound to the declared driver, or (driver = none) unbound and kept so by
+    driver_override, so that a re-probe after a PF reset does not bind it again."""
+    if driver == NO_DRIVER:
+        return vf.driver is None and vf.driver_override == NO_DRIVER
+    return vf.driver == driver
+
+
+def _module_name(driver: str) -> str:
+    """The module a PCI driver comes from, as /proc/modules spells it (vfio-pci -> vfio_pci)."""
+    return driver.replace("-", "_")
 
 
 def _ib_changes(spec: VfSpec, vf: VfObserved) -> list[VfChange] | None:
@@ -291,7 +369,12 @@ def _plan_rxe(desired: Desired, observed: Observed, state: PlanState) -> list[Ac
         else:
             deleting.add(name)
             actions.append(
-                DeleteRxe(obj, f"{name} was created by rdmad and is no longer declared", name=name)
+                DeleteRxe(
+                    obj,
+                    f"{name} was created by rdmad and is no longer declared",
+                    name=name,
+                    netdev=link.netdev,
+                )
             )
     module_planned = False
     for spec in desired.rxe:
@@ -349,16 +432,18 @@ def _plan_one_rxe(
                     f"it is {owner}",
                 )
             ]
-        actions.append(
-            DeleteRxe(
-                obj,
-                f"{spec.name} is on {where}, declared on {spec.netdev.describe()}",
-                name=spec.name,
-            )
-        )
     if netdev is None:
-        actions.append(Waiting(obj, f"{spec.netdev.describe()} is not present"))
-        return actions
+        if existing is not None:
+            # A working link is worth more than a declaration that names nothing (a typo,
+            # a rename): delete it only when its replacement can be made in the same pass.
+            return [
+                Blocked(
+                    obj,
+                    f"rxe {spec.name} is on {existing.netdev or 'no netdev'}, declared on "
+                    f"{spec.netdev.describe()}, which is not present; the working link is kept",
+                )
+            ]
+        return [Waiting(obj, f"{spec.netdev.describe()} is not present")]
     for other in observed.rdma_links:
         if (
             other.is_rxe
@@ -367,7 +452,17 @@ def _plan_one_rxe(
             and other.name not in deleting
         ):
             taken = f"{netdev.name} already carries rxe link {other.name!r} (one per netdev)"
-            return [*actions, Blocked(obj, taken)]
+            return [Blocked(obj, taken)]
+    if existing is not None:
+        actions.append(
+            DeleteRxe(
+                obj,
+                f"{spec.name} is on {existing.netdev or 'no netdev'}, declared on "
+                f"{spec.netdev.describe()}",
+                name=spec.name,
+                netdev=existing.netdev,
+            )
+        )
     why = "re-create" if existing is not None else "declared rxe link is missing"
     actions.append(AddRxe(obj, why, name=spec.name, netdev=netdev.name))
     return actions

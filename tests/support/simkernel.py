@@ -12,6 +12,7 @@ import dataclasses
 import errno
 
 from rdmad.model import (
+    NO_DRIVER,
     Action,
     AddRxe,
     BindVfDriver,
@@ -62,6 +63,14 @@ class SimKernel:
                 ),
             )
         elif isinstance(action, SetVfSettings):
+            # Rewriting an in-use VF's settings resets it on several drivers.
+            self.hurt.extend(
+                f"{v.pci} settings rewritten while in use"
+                for pf in o.pfs
+                if pf.pci == action.pci
+                for v in pf.vfs
+                if v.usage.busy and any(c.vf == v.index for c in action.changes)
+            )
             self._replace_pf(action.pci, lambda pf: _settings(pf, action))
         elif isinstance(action, SetIbVf):
             self._replace_pf(action.pci, lambda pf: _ib(pf, action, self.hurt))
@@ -78,7 +87,11 @@ class SimKernel:
                     dataclasses.replace(
                         pf,
                         vfs=tuple(
-                            dataclasses.replace(v, driver=action.new)
+                            dataclasses.replace(
+                                v,
+                                driver=None if action.new == NO_DRIVER else action.new,
+                                driver_override=action.new,
+                            )
                             if v.pci == action.vf_pci
                             else v
                             for v in pf.vfs

@@ -15,6 +15,7 @@ from rdmad.model import (
     DeleteRxe,
     Desired,
     IbVfSettings,
+    InUseDrift,
     LoadModule,
     ModulesObserved,
     NetdevObserved,
@@ -26,11 +27,14 @@ from rdmad.model import (
     SetLinkUp,
     SetNumVfs,
     SetVfSettings,
+    Unsupported,
+    UnsupportedKey,
     Usage,
     Use,
     Waiting,
+    summarize,
 )
-from rdmad.reconcile import plan
+from rdmad.reconcile import declared_objects, plan
 from tests.support.simkernel import SimKernel, make_vfs
 
 PF = "0000:3b:00.0"
@@ -358,6 +362,136 @@ def test_no_rdma_netlink_blocks_rxe() -> None:
     assert isinstance(a, Blocked) and "NETLINK_RDMA" in a.reason
 
 
+# --- safety rules: drift on in-use VFs, refused attributes, unbound VFs, ambiguity -------
+
+
+def test_pf_matched_by_mac_of_two_pfs_is_blocked() -> None:
+    other = dataclasses.replace(pf(), pci="0000:3b:00.1", netdev="ens1f1")
+    d = desired(sriov=[sriov(2, ref={"mac": "52:54:00:00:00:01"})])
+    [a] = plan(d, node(pf(), other), PlanState())
+    assert isinstance(a, Blocked) and "matches several PFs" in a.reason
+    assert PF in a.reason and "0000:3b:00.1" in a.reason
+
+
+def test_drift_on_in_use_vf_is_reported_not_rewritten() -> None:
+    d = desired(sriov=[sriov(2, {"index": 1, "mac": "02:00:00:00:00:01", "trust": True})])
+    actions = plan(d, node(pf(numvfs=2, usage={1: HELD})), PlanState())
+    assert not any(isinstance(a, SetVfSettings) for a in actions)
+    [note] = actions
+    assert isinstance(note, InUseDrift) and note.vf == 1
+    assert "pid 4242" in note.reason and "mac" in note.reason and "trust" in note.reason
+    [status] = summarize(declared_objects(d), actions)
+    assert status.state.value == "drift-on-in-use-vf"
+
+
+@pytest.mark.parametrize("where", ["pf", "vf"])
+def test_drift_on_in_use_vf_applied_when_declared(where: str) -> None:
+    vf: dict[str, object] = {"index": 1, "mac": "02:00:00:00:00:01"}
+    doc = sriov(2, vf)
+    if where == "pf":
+        doc["in_use_drift"] = "apply"
+    else:
+        vf["in_use_drift"] = "apply"
+    [a] = plan(desired(sriov=[doc]), node(pf(numvfs=2, usage={1: HELD})), PlanState())
+    assert isinstance(a, SetVfSettings) and a.pf_ifindex == 5
+    assert [(c.vf, c.attr) for c in a.changes] == [(1, "mac")]
+
+
+def test_free_vfs_still_restored_beside_an_in_use_one() -> None:
+    mac = {"mac": "02:00:00:00:00:01"}
+    d = desired(sriov=[sriov(2, {"index": 0, **mac}, {"index": 1, **mac})])
+    actions = plan(d, node(pf(numvfs=2, usage={1: UNKNOWN})), PlanState())
+    [change] = [a for a in actions if isinstance(a, SetVfSettings)]
+    assert [c.vf for c in change.changes] == [0]
+    assert any(isinstance(a, InUseDrift) and a.vf == 1 for a in actions)
+
+
+def test_refused_attribute_is_not_planned_again() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "link_state": "enable", "trust": True})])
+    refused = UnsupportedKey(PF, "mlx5_core", 0, "link_state", "enable", "EOPNOTSUPP")
+    actions = plan(d, node(pf(numvfs=2)), PlanState(unsupported=frozenset({refused})))
+    [change] = [a for a in actions if isinstance(a, SetVfSettings)]
+    assert [c.attr for c in change.changes] == ["trust"]
+    [note] = [a for a in actions if isinstance(a, Unsupported)]
+    assert "link_state" in note.reason and "mlx5_core" in note.reason
+    assert "EOPNOTSUPP" in note.reason
+
+
+def test_refusal_by_another_driver_or_of_another_value_is_retried() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "link_state": "enable"})])
+    for key in (
+        UnsupportedKey(PF, "igb", 0, "link_state", "enable"),  # the driver changed
+        UnsupportedKey(PF, "mlx5_core", 0, "link_state", "disable"),  # the config changed
+    ):
+        [a] = plan(d, node(pf(numvfs=2)), PlanState(unsupported=frozenset({key})))
+        assert isinstance(a, SetVfSettings)
+
+
+def test_only_refusals_left_is_unsupported_state() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "link_state": "enable"})])
+    key = UnsupportedKey(PF, "mlx5_core", 0, "link_state", "enable", "EOPNOTSUPP")
+    actions = plan(d, node(pf(numvfs=2)), PlanState(unsupported=frozenset({key})))
+    [status] = summarize(declared_objects(d), actions)
+    assert status.state.value == "unsupported-by-driver"
+    assert not any(a.changes_kernel for a in actions)
+
+
+def test_vf_declared_unbound_is_unbound_and_kept_so() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "driver": "none"})])
+    [a] = plan(d, node(pf(numvfs=2)), PlanState())
+    assert isinstance(a, BindVfDriver) and a.new == "none" and a.old == "vfdrv"
+    assert a.load_module is False and "unbound" in a.reason
+    kept = pf(numvfs=2)
+    vf0 = dataclasses.replace(kept.vfs[0], driver=None, driver_override="none")
+    kept = dataclasses.replace(kept, vfs=(vf0, kept.vfs[1]))
+    assert plan(d, node(kept), PlanState()) == []
+
+
+def test_unbound_vf_without_override_gets_one() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "driver": "none"})])
+    p = pf(numvfs=2)
+    p = dataclasses.replace(p, vfs=(dataclasses.replace(p.vfs[0], driver=None), p.vfs[1]))
+    [a] = plan(d, node(p), PlanState())
+    assert isinstance(a, BindVfDriver) and a.old is None and a.override_old is None
+
+
+def test_vf_driver_module_loaded_only_when_missing() -> None:
+    d = desired(sriov=[sriov(2, {"index": 0, "driver": "vfio-pci"})])
+    [a] = plan(d, node(pf(numvfs=2)), PlanState())
+    assert isinstance(a, BindVfDriver) and a.load_module is True
+    loaded = frozenset({"rdma_rxe", "vfio_pci"})
+    [b] = plan(d, node(pf(numvfs=2), modules=loaded), PlanState())
+    assert isinstance(b, BindVfDriver) and b.load_module is False
+
+
+def test_unbinding_an_in_use_vf_is_blocked() -> None:
+    d = desired(sriov=[sriov(2, {"index": 1, "driver": "none"})])
+    [a] = plan(d, node(pf(numvfs=2, usage={1: HELD})), PlanState())
+    assert isinstance(a, Blocked) and "pid 4242" in a.reason
+
+
+def test_managed_rxe_kept_when_declared_netdev_is_absent() -> None:
+    link = RdmaLinkObserved("rxe0", "rxe", "veth1")
+    typo = {"name": "rxe0", "netdev": {"name": "eht0"}}
+    [a] = plan(desired(rxe=[typo]), node(rdma=(link,)), PlanState(frozenset({"rxe0"})))
+    assert isinstance(a, Blocked) and "kept" in a.reason and "eht0" in a.reason
+
+
+def test_managed_rxe_kept_when_replacement_netdev_is_taken() -> None:
+    ours = RdmaLinkObserved("rxe0", "rxe", "veth1")
+    theirs = RdmaLinkObserved("rxe9", "rxe", "eth0")
+    actions = plan(desired(rxe=[RXE]), node(rdma=(ours, theirs)), PlanState(frozenset({"rxe0"})))
+    assert not any(isinstance(a, DeleteRxe) for a in actions)
+    [a] = actions
+    assert isinstance(a, Blocked) and "rxe9" in a.reason
+
+
+def test_delete_records_where_the_link_was() -> None:
+    link = RdmaLinkObserved("old", "rxe", "veth1")
+    [a] = plan(desired(), node(rdma=(link,)), PlanState(frozenset({"old"})))
+    assert isinstance(a, DeleteRxe) and a.netdev == "veth1"
+
+
 # --- properties ----------------------------------------------------------------------------
 
 MACS = st.sampled_from(["02:00:00:00:00:01", "02:00:00:00:00:02", "0a:bc:de:f0:00:01"])
@@ -375,7 +509,7 @@ def vf_specs(draw: st.DrawFn, index: int, ib: bool) -> dict[str, object]:
         ("link_state", st.sampled_from(["auto", "enable", "disable"])),
         ("max_tx_rate", st.integers(0, 10000)),
         ("query_rss", st.booleans()),
-        ("driver", st.sampled_from(["vfio-pci", "vfdrv"])),
+        ("driver", st.sampled_from(["vfio-pci", "vfdrv", "none"])),
     ):
         if draw(st.booleans()):
             spec[key] = draw(strat)
