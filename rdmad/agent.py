@@ -23,6 +23,7 @@ it with a fake host and a fake clock.
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 from collections import deque
 from collections.abc import AsyncIterable, Callable, Sequence
@@ -39,12 +40,17 @@ from rdmad.model import (
     BindVfDriver,
     Blocked,
     Desired,
+    InUseDrift,
     LoadModule,
     ObjectState,
     Observed,
     PlanState,
     SetNumVfs,
+    SetVfSettings,
+    Unsupported,
+    UnsupportedKey,
     Waiting,
+    action_touches,
     format_value,
     summarize,
 )
@@ -207,14 +213,24 @@ class Agent:
         self._observing_since: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._last_status_line = ""
-        self._blocked_seen: dict[str, tuple[str, ...]] = {}  # obj -> reasons last logged
+        self._blocked_seen: dict[str, tuple[tuple[str, str], ...]] = {}  # obj -> notes logged
         self._failed_what: dict[str, set[str]] = {}  # obj -> actions that failed, in backoff
+        # VF attributes the PF driver refused as unsupported; forgotten on a config reload.
+        self._unsupported: set[UnsupportedKey] = set()
         self.started_at = 0.0
 
     # --- the outside world's handles -------------------------------------------------------
 
-    def trigger(self, source: str, detail: str = "", **flags: bool) -> None:
-        self.queue.put(Trigger(source, detail, **flags))
+    def trigger(
+        self,
+        source: str,
+        detail: str = "",
+        *,
+        stale: bool = False,
+        driver: bool = False,
+        touches: frozenset[str] = frozenset(),
+    ) -> None:
+        self.queue.put(Trigger(source, detail, stale=stale, driver=driver, touches=touches))
 
     def request_reload(self, source: str = "sighup") -> None:
         self.queue.put(Trigger(source, "re-read config", reload=True))
@@ -268,7 +284,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         for source in self.sources:
             self._tasks.append(loop.create_task(self._pump(source)))
-        self._publish(None, [])
+        self._publish_safely(None, [])
         self.queue.put(Trigger("startup", self.start_kind))
 
     def _shutdown(self) -> None:
@@ -340,12 +356,25 @@ class Agent:
     # --- one pass ------------------------------------------------------------------------------
 
     async def _pass(self, batch: Batch) -> float:
+        """One observe -> plan -> apply pass; returns when it ended (monotonic).
+
+        RELOADING=1 is always answered by READY=1 (or by the first READY=1 when the
+        daemon was not ready yet), whatever happens in the pass.
+        """
+        if batch.reload:
+            self.notifier.notify(f"RELOADING=1\nMONOTONIC_USEC={int(self.clock.monotonic() * 1e6)}")
+        try:
+            return await self._run_pass(batch)
+        finally:
+            if batch.reload and self.ready:
+                self.notifier.notify("READY=1\nSTATUS=" + self.status.current.summary())
+
+    async def _run_pass(self, batch: Batch) -> float:
         clock = self.clock
         started = clock.monotonic()
         cause = self._cause(batch)
         first = not self.passes
         if batch.reload:
-            self.notifier.notify(f"RELOADING=1\nMONOTONIC_USEC={int(started * 1e6)}")
             self._reload_config(initial=False)
         self._arm_drift()  # every pass is a full observation: drift counts from here
 
@@ -354,17 +383,23 @@ class Agent:
             observed = await self.host.observe()
         except Exception as exc:
             self._observing_since = None
-            return self._observe_failed(batch, cause, started, exc)
+            return self._pass_failed("observe", batch, cause, started, exc)
         self._observing_since = None
         self.backoff.succeed("observe")
         self._source_notes.pop("observe", None)
+        self._forget_vanished_rxe(observed)
 
-        state = PlanState(frozenset(self.state.managed_rxe)) if self._config_ok else PlanState()
-        actions = self.planner(self.desired, observed, state)
+        try:
+            actions = self.planner(self.desired, observed, self._plan_state())
+        except Exception as exc:  # a bug in plan(): report it, keep the loop alive
+            log.exception("plan.crashed")
+            return self._pass_failed("plan", batch, cause, started, exc)
+        self.backoff.succeed("plan")
+        self._source_notes.pop("plan", None)
         objects = self._objects(actions)
-        self._log_blocked(objects, actions)
+        self._log_notes(objects, actions)
 
-        applied, changed, aborted = await self._apply_all(actions, cause)
+        applied, changed, aborted = await self._apply_all(actions, cause, observed)
         now = clock.monotonic()
         self._update_objects(objects, actions, now)
         seconds = now - started
@@ -397,19 +432,33 @@ class Agent:
         self._arm_expectations()
 
         resting = not changed and not aborted and not self._expecting(now)
-        self._publish(observed, actions)
+        self._publish_safely(observed, actions)
         if changed or applied or first or batch.reload:
             self._save_state()
-        if batch.reload and self.ready:
-            self.notifier.notify("READY=1\nSTATUS=" + self.status.current.summary())
         if not self.ready and resting:
             self._set_ready("first reconcile done")
         self._notify_status()
         return clock.monotonic()
 
-    async def _apply_all(self, actions: list[Action], cause: str) -> tuple[int, bool, bool]:
+    def _plan_state(self) -> PlanState:
+        if not self._config_ok:
+            return PlanState()  # nothing declared: own nothing, remove nothing
+        return PlanState(frozenset(self.state.managed_rxe), frozenset(self._unsupported))
+
+    def _forget_vanished_rxe(self, observed: Observed) -> None:
+        """A managed rxe link that is gone is no longer ours: a link someone makes later
+        under the same name must never be deleted as rdmad's."""
+        present = {link.name for link in observed.rdma_links if link.is_rxe}
+        gone = self.state.managed_rxe - present
+        if gone:
+            log.info("rxe.forgotten", links=sorted(gone))
+            self.state.managed_rxe -= gone
+
+    async def _apply_all(
+        self, actions: list[Action], cause: str, observed: Observed
+    ) -> tuple[int, bool, bool]:
         """Apply in plan order; returns (actions applied, kernel changed, aborted as stale)."""
-        failed: set[str] = set()
+        held_objs: set[str] = set()  # objects that failed or are held back in this pass
         applied_now: set[tuple[str, str]] = set()
         applied = 0
         changed = False
@@ -420,20 +469,28 @@ class Agent:
             if self._stopping:
                 aborted = True
                 break
-            pending = self.queue.pending
-            if pending is not None and pending.stale:
-                # A netdev was renamed or removed after we observed: names in this plan
-                # may point at the wrong device. Re-observe (resolves by ifindex) first.
-                log.info("reconcile.plan-stale", why=", ".join(pending.details[:3]))
-                aborted = True
-                break
             obj = action.obj
+            pending = self.queue.pending
+            if (
+                pending is not None
+                and pending.stale
+                and pending.makes_stale(action_touches(action))
+            ):
+                # A netdev this action names was renamed or removed after we observed: it
+                # may point at the wrong device. Hold its object; the next pass re-observes
+                # (resolving by ifindex). Events about other devices do not stop the rest.
+                log.info("reconcile.plan-stale", obj=obj, why=", ".join(pending.details[:3]))
+                aborted = True
+                held_objs.add(obj)
+                continue
             now = self.clock.monotonic()
             # Backoff holds back a retry of what failed, not a new situation: a driver
-            # reload that zeroed the VFs is answered at once even while an attribute
-            # the driver refuses (igb rates) waits for its next retry.
+            # reload that zeroed the VFs is answered at once even while an action that
+            # failed before waits for its retry. What is held holds its object: the
+            # object's later actions depend on it (numvfs 4 -> 0 held means no 0 -> 2).
             held = self.backoff.blocked(obj, now) is not None
-            if obj in failed or (held and action.describe() in self._failed_what.get(obj, ())):
+            if obj in held_objs or (held and action.describe() in self._failed_what.get(obj, ())):
+                held_objs.add(obj)
                 continue
             key = (obj, action.describe())
             if key in self._last_applied and not self.options.dry_run:
@@ -443,13 +500,14 @@ class Agent:
                     "still shows the old state",
                     cause,
                 )
-                failed.add(obj)
+                held_objs.add(obj)
                 continue
             result = await self._apply_one(action)
             applied += 1
             self._record_result(action, result, cause)
-            if not result.ok:
-                failed.add(obj)
+            refused = self._learn_unsupported(action, result, observed)
+            if not result.ok and refused < _error_count(result):
+                held_objs.add(obj)
                 self._fail(action, _result_error(action, result), cause, log_it=False)
                 continue
             if self.options.dry_run:
@@ -459,6 +517,43 @@ class Agent:
             self._after_success(action)
         self._last_applied = applied_now
         return applied, changed, aborted
+
+    def _learn_unsupported(self, action: Action, result: ResultLike, observed: Observed) -> int:
+        """Remember VF attributes the driver refused as unsupported; returns how many.
+
+        They are reported as "unsupported by DRIVER" and not planned again until the
+        config or the PF's driver changes, so they neither retry forever nor hold
+        READY=1 back. Writes are in the order of ``action.changes`` (one describer).
+        """
+        if not isinstance(action, SetVfSettings) or len(result.writes) != len(action.changes):
+            return 0
+        driver = next((pf.driver or "" for pf in observed.pfs if pf.pci == action.pci), "")
+        learned = 0
+        for change, write in zip(action.changes, result.writes, strict=True):
+            code = getattr(write.error, "errno", None)
+            if code not in _UNSUPPORTED_ERRNOS:
+                continue
+            learned += 1
+            key = UnsupportedKey(
+                action.pci,
+                driver,
+                change.vf,
+                change.attr,
+                format_value(change.new),
+                str(write.error),
+            )
+            if key not in self._unsupported:
+                self._unsupported.add(key)
+                log.warning(
+                    "vf.attribute-unsupported",
+                    obj=action.obj,
+                    vf=change.vf,
+                    attr=change.attr,
+                    value=format_value(change.new),
+                    driver=driver,
+                    error=str(write.error),
+                )
+        return learned
 
     async def _apply_one(self, action: Action) -> ResultLike:
         self._in_flight = (action, self.clock.monotonic())
@@ -562,18 +657,20 @@ class Agent:
                 )
             )
 
-    def _observe_failed(self, batch: Batch, cause: str, started: float, exc: Exception) -> float:
+    def _pass_failed(
+        self, what: str, batch: Batch, cause: str, started: float, exc: Exception
+    ) -> float:
+        """Observing failed, or plan() raised: say so in status, retry with backoff."""
         now = self.clock.monotonic()
-        f = self.backoff.fail(
-            "observe", f"observing the kernel failed: {exc}", now, self.clock.wall()
-        )
-        log.error("observe.failed", error=str(exc), failures=f.failures)
-        self._source_notes["observe"] = f.error
+        words = "observing the kernel failed" if what == "observe" else "internal error in plan()"
+        f = self.backoff.fail(what, f"{words}: {exc}", now, self.clock.wall())
+        log.error(f"{what}.failed", error=str(exc), failures=f.failures)
+        self._source_notes[what] = f.error
         self.passes.append(
             PassInfo(started, batch.first_at, batch.count, cause, now - started, 0, False)
         )
         self._arm_retry()
-        self._publish(None, [])
+        self._publish_safely(None, [])
         self._notify_status()
         return now
 
@@ -591,16 +688,21 @@ class Agent:
             if obj in self._expect and settled:
                 del self._expect[obj]  # what we waited for has appeared (or is moot)
 
-    def _log_blocked(self, objects: list[str], actions: list[Action]) -> None:
-        """Log why an object is blocked (e.g. the pid holding a VF) once per change of reason."""
+    def _log_notes(self, objects: list[str], actions: list[Action]) -> None:
+        """Log why an object is blocked (e.g. the pid holding a VF), drifted while in use
+        or refused by its driver: once per change of reason, not every pass."""
         for obj in objects:
-            reasons = tuple(a.reason for a in actions if a.obj == obj and isinstance(a, Blocked))
+            reasons = tuple(
+                (a.kind, a.reason)
+                for a in actions
+                if a.obj == obj and isinstance(a, Blocked | InUseDrift | Unsupported)
+            )
             if reasons == self._blocked_seen.get(obj, ()):
                 continue
             if reasons:
                 self._blocked_seen[obj] = reasons
-                for reason in reasons:
-                    log.warning("object.blocked", obj=obj, reason=reason)
+                for kind, reason in reasons:
+                    log.warning(f"object.{kind}", obj=obj, reason=reason)
             else:
                 del self._blocked_seen[obj]
                 log.info("object.unblocked", obj=obj)
@@ -669,6 +771,16 @@ class Agent:
             )
         )
 
+    def _publish_safely(self, observed: Observed | None, actions: list[Action]) -> None:
+        """Status is for people; a bug in building it must not stop the loop."""
+        try:
+            self._publish(observed, actions)
+        except Exception as exc:
+            log.exception("status.crashed")
+            self._source_notes["status"] = f"internal error building status: {exc}"
+        else:
+            self._source_notes.pop("status", None)
+
     def _notify_status(self) -> None:
         line = self.status.current.summary()
         if line != self._last_status_line:
@@ -729,6 +841,7 @@ class Agent:
         objs = set(declared_objects(loaded.desired)) | {"observe"}
         self.backoff.forget_except(objs)
         self._last_applied.clear()
+        self._unsupported.clear()  # a new config may fix what the driver refused
         log.info(
             "config.loaded",
             files=list(loaded.files),
@@ -867,6 +980,15 @@ class _Crashed:
     @property
     def note(self) -> str:
         return f"internal error: {type(self.exc).__name__}: {self.exc}"
+
+
+# Errnos with which drivers refuse a VF attribute they do not implement (LAB.md: igb
+# link-state and query_rss EOPNOTSUPP, 802.1ad EPROTONOSUPPORT, rates EINVAL).
+_UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EPROTONOSUPPORT, errno.EINVAL})
+
+
+def _error_count(result: ResultLike) -> int:
+    return sum(1 for w in result.writes if w.error is not None) or (0 if result.ok else 1)
 
 
 def _result_error(action: Action, result: ResultLike) -> str:

@@ -97,6 +97,7 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
             # Module add/remove tells a driver reload apart in history; PCI bind/unbind
             # does not (rdmad's own numvfs and driver changes cause those).
             driver=e.subsystem == "module",
+            touches=_names(e.sysname, e.interface, e.old_name, e.ifindex),
         )
 
 
@@ -107,7 +108,24 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
     async for e in stream:
         renamed = e.old_name is not None and e.old_name != e.name
         what = f"{e.kind} {e.name or e.ifindex}" + (f" (was {e.old_name})" if renamed else "")
-        yield Trigger("netlink", what, stale=renamed or e.kind in ("del", "resync"))
+        yield Trigger(
+            "netlink",
+            what,
+            stale=renamed or e.kind in ("del", "resync"),
+            touches=_names(e.name, e.old_name, e.ifindex),
+        )
+
+
+def _names(*names: str | int | None) -> frozenset[str]:
+    """What an event is about, in the vocabulary of model.action_touches()."""
+    out = set()
+    for n in names:
+        if isinstance(n, int):
+            if n > 0:
+                out.add(f"ifindex:{n}")
+        elif n:
+            out.add(n)
+    return frozenset(out)
 
 
 def _event_sources() -> tuple[list[_Source], list[object]]:

@@ -611,6 +611,30 @@ class InUseDrift(Action):
         return f"drift on in-use VF: {self.reason}"
 
 
+def action_touches(action: Action) -> frozenset[str]:
+    """Names an action depends on: netdev and RDMA names, PCI addresses, "ifindex:N".
+
+    An event that renames or removes one of them makes the action stale (the agent
+    re-observes before applying it); events about anything else leave it alone.
+    """
+    names: set[str | None] = set()
+    if isinstance(action, SetNumVfs):
+        names = {action.pci}
+    elif isinstance(action, SetLinkUp):
+        names = {action.netdev}
+    elif isinstance(action, SetVfSettings):
+        names = {action.pci, action.pf_netdev}
+        if action.pf_ifindex is not None:
+            names.add(f"ifindex:{action.pf_ifindex}")
+    elif isinstance(action, SetIbVf):
+        names = {action.pci, action.ib_device, action.vf_pci}
+    elif isinstance(action, BindVfDriver):
+        names = {action.vf_pci}
+    elif isinstance(action, AddRxe | DeleteRxe):
+        names = {action.name, action.netdev}
+    return frozenset(n for n in names if n)
+
+
 def format_value(value: object) -> str:
     """How a setting reads in plans and logs: None is 'unset', booleans are on/off."""
     if value is None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rdmad.clock import Clock
 
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
+MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,9 @@ class Trigger:
 
     ``source``: udev, netlink, rdma, drift, api, sighup, startup, retry, followup, deadline.
     ``stale``: names may have changed (rename, removal, lost events): a plan made
-    before it must not be applied further. ``driver``: a module or PCI driver came
+    before it must not apply actions that depend on ``touches`` (netdev/RDMA names,
+    PCI addresses, "ifindex:N"); a stale trigger that touches nothing in particular
+    (lost events) makes every action stale. ``driver``: a module or PCI driver came
     or went (history tells a driver reload from other causes by it).
     """
 
@@ -33,6 +36,7 @@ class Trigger:
     reload: bool = False
     stale: bool = False
     driver: bool = False
+    touches: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -45,7 +49,9 @@ class Batch:
     sources: Counter[str] = field(default_factory=Counter)
     details: list[str] = field(default_factory=list)
     reload: bool = False
-    stale: bool = False
+    stale: bool = False  # some trigger was stale: see stale_names / stale_all
+    stale_all: bool = False  # lost events or too many names: every plan is stale
+    stale_names: set[str] = field(default_factory=set)
     driver: bool = False
 
     def add(self, t: Trigger) -> None:
@@ -56,8 +62,23 @@ class Batch:
         if t.detail and len(self.details) < MAX_DETAILS:
             self.details.append(f"{t.source}: {t.detail}")
         self.reload |= t.reload
-        self.stale |= t.stale
         self.driver |= t.driver
+        if t.stale:
+            self.stale = True
+            if t.touches:
+                self.stale_names |= t.touches
+            else:
+                self.stale_all = True
+        self._bound_names()
+
+    def _bound_names(self) -> None:
+        if len(self.stale_names) > MAX_STALE_NAMES:
+            self.stale_all = True
+            self.stale_names.clear()
+
+    def makes_stale(self, touches: frozenset[str]) -> bool:
+        """Whether an action depending on ``touches`` must wait for a new observation."""
+        return self.stale_all or not self.stale_names.isdisjoint(touches)
 
     def merge(self, other: Batch) -> None:
         self.count += other.count
@@ -68,7 +89,10 @@ class Batch:
         self.details.extend(other.details[: max(0, room)])
         self.reload |= other.reload
         self.stale |= other.stale
+        self.stale_all |= other.stale_all
+        self.stale_names |= other.stale_names
         self.driver |= other.driver
+        self._bound_names()
 
     def describe(self) -> str:
         return ", ".join(f"{s} x{n}" if n > 1 else s for s, n in sorted(self.sources.items()))
@@ -86,14 +110,7 @@ class TriggerQueue:
     def put(self, trigger: Trigger) -> None:
         if trigger.at == 0.0:
             now = self.clock.monotonic()
-            trigger = Trigger(
-                trigger.source,
-                trigger.detail,
-                now,
-                trigger.reload,
-                trigger.stale,
-                trigger.driver,
-            )
+            trigger = replace(trigger, at=now)
         if self._batch is None:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)
