@@ -88,6 +88,8 @@ class ResultLike(Protocol):
     def writes(self) -> Sequence[WriteLike]: ...
     @property
     def note(self) -> str: ...
+    @property
+    def stale(self) -> bool: ...  # dropped unapplied: the kernel changed since the plan
 
 
 class Host(Protocol):
@@ -503,6 +505,26 @@ class Agent:
                 held_objs.add(obj)
                 continue
             result = await self._apply_one(action)
+            if result.stale:
+                # Re-checked right before a destructive write: the kernel changed (a user
+                # appeared, a value moved). Nothing was written; plan again from a new look.
+                log.info(
+                    "reconcile.action-stale", obj=obj, action=action.describe(), why=result.note
+                )
+                self._history(
+                    HistoryEntry(
+                        self.clock.wall(),
+                        "stale",
+                        obj=obj,
+                        what=action.describe(),
+                        reason=result.note,
+                        cause=cause,
+                    )
+                )
+                held_objs.add(obj)
+                aborted = True
+                self.queue.put(Trigger("followup", f"re-plan {obj}: {result.note}"))
+                continue
             applied += 1
             self._record_result(action, result, cause)
             refused = self._learn_unsupported(action, result, observed)
@@ -980,6 +1002,10 @@ class _Crashed:
     @property
     def note(self) -> str:
         return f"internal error: {type(self.exc).__name__}: {self.exc}"
+
+    @property
+    def stale(self) -> bool:
+        return False
 
 
 # Errnos with which drivers refuse a VF attribute they do not implement (LAB.md: igb

@@ -153,7 +153,8 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
 
 
 def _make_host(dry_run: bool) -> tuple[Host, object]:
-    from rdmad.kernel.host import KernelHost, RecordingHost
+    from rdmad.kernel.dryrun import RecordingHost
+    from rdmad.kernel.host import KernelHost
 
     kernel = KernelHost("/")
     if dry_run:

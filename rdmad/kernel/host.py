@@ -1,9 +1,11 @@
-"""KernelHost: observe() the node and apply() actions to it; RecordingHost for dry runs.
+"""KernelHost: observe() the node and apply() actions to it.
 
-Every kernel write goes through one method, ``KernelHost._write``: it reads the
-old value, performs the change, logs "old -> new" with the action's reason and
-appends a ``WriteRecord`` to ``records`` (the agent's history reads it). Nothing
-else in rdmad changes the kernel.
+An action is carried out as the writes ``kernel.writes.planned_writes`` describes
+(the same description a dry run records). Every kernel write goes through one
+method, ``KernelHost._execute``: it re-checks a destructive write against the
+kernel (current value and usage), performs it off the event loop with a deadline,
+logs "old -> new" with the action's reason and appends a ``WriteRecord`` to
+``records`` (the agent's history reads it). Nothing else in rdmad changes the kernel.
 
 ``observe_host(root)`` is the synchronous entry used by ``rdmad plan``: a root
 other than "/" is a sysfs tree (fake or copied), where netlink would describe the
@@ -14,12 +16,11 @@ read through rtnetlink and (when the kernel has it) RDMA netlink as well.
 from __future__ import annotations
 
 import asyncio
-import enum
 import errno as errno_mod
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -28,110 +29,30 @@ from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
 from rdmad.kernel.observe import observe
 from rdmad.kernel.rdma import RdmaNetlink
+from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
+from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
     Action,
-    AddRxe,
-    BindVfDriver,
-    Blocked,
-    DeleteRxe,
-    LoadModule,
     Observed,
     RdmaLinkObserved,
-    SetIbVf,
-    SetLinkUp,
-    SetNumVfs,
     SetVfSettings,
     VfChange,
     VfSettings,
-    Waiting,
-    format_value,
 )
 
 log = logging.getLogger("rdmad.kernel")
 
 NUMVFS_DEADLINE = 300.0  # ConnectX-6 Lx: 125 VFs take ~65 s; leave room
+SYSFS_DEADLINE = 30.0  # unbind, drivers_probe, driver_override, GUIDs: a driver can block
 PROGRESS_EVERY = 5.0  # log a long write's progress this often
 BIND_DEADLINE = 10.0  # asynchronous probing drivers bind after drivers_probe returns
 _BIND_POLL = 0.02
 
-# --- results and records ----------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class WriteRecord:
-    """One kernel change rdmad made (or tried to), for logs and the agent's history."""
-
-    at: float  # time.time() when the write finished
-    kind: str  # the action kind, e.g. "set-numvfs"
-    obj: str  # the declared object, e.g. "sriov pci=0000:3b:00.0"
-    target: str  # what was written, e.g. "0000:3b:00.0 sriov_numvfs"
-    old: object
-    new: object
-    reason: str
-    error: KernelError | None = None
-    seconds: float = 0.0
-    dry_run: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def describe(self) -> str:
-        what = f"{self.target}: {format_value(self.old)} -> {format_value(self.new)}"
-        if self.dry_run:
-            return f"would set {what} ({self.reason})"
-        tail = "ok" if self.error is None else f"FAILED: {self.error}"
-        return f"{what} ({self.reason}): {tail}"
-
-
-class Outcome(enum.Enum):
-    APPLIED = "applied"  # every change made
-    PARTIAL = "partial"  # some changes made, some refused (SetVfSettings, SetIbVf)
-    FAILED = "failed"  # nothing made
-    NOT_APPLIED = "not-applied"  # Blocked / Waiting: nothing to do by design
-    RECORDED = "recorded"  # dry run: what would be done
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    """What became of one action: its writes (old -> new, error each) and the verdict."""
-
-    action: Action
-    outcome: Outcome
-    writes: tuple[WriteRecord, ...] = ()
-    note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """Nothing failed (a dry run and Blocked/Waiting count as ok: nothing was refused)."""
-        return self.outcome not in (Outcome.FAILED, Outcome.PARTIAL)
-
-    @property
-    def errors(self) -> tuple[KernelError, ...]:
-        return tuple(w.error for w in self.writes if w.error is not None)
-
-    def describe(self) -> str:
-        head = f"{self.action.describe()}: {self.outcome.value}"
-        if self.note:
-            head += f" ({self.note})"
-        lines = [head, *(f"  {w.describe()}" for w in self.writes if not w.ok)]
-        return "\n".join(lines)
-
-
-def _verdict(action: Action, writes: Sequence[WriteRecord], note: str = "") -> ApplyResult:
-    failed = sum(1 for w in writes if w.error is not None)
-    if failed == 0:
-        outcome = Outcome.APPLIED
-    elif failed == len(writes):
-        outcome = Outcome.FAILED
-    else:
-        outcome = Outcome.PARTIAL
-    return ApplyResult(action, outcome, tuple(writes), note)
-
-
-def not_applied(action: Action) -> ApplyResult:
-    return ApplyResult(action, Outcome.NOT_APPLIED, note=f"not applied: {action.describe()}")
+class StaleAction(Exception):
+    """The kernel no longer matches what the action was planned from."""
 
 
 # --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
@@ -176,7 +97,6 @@ class Host(Protocol):
     async def apply(self, action: Action) -> ApplyResult: ...
 
 
-Change = tuple[str, object, object]  # (target, old, new) of one write
 Write = Callable[[], Awaitable[Sequence[KernelError | None] | None]]
 
 
@@ -211,6 +131,9 @@ class KernelHost:
         self.last: Observed | None = None
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
+        # Blocking writes still running in a worker thread, by path: past its deadline a
+        # write cannot be stopped, and a second write to the same file must not start.
+        self._running: dict[str, tuple[asyncio.Future[None], float]] = {}
 
     def close(self) -> None:
         for client in (self.rtnl, self.rdma):
@@ -268,6 +191,10 @@ class KernelHost:
         """RDMA links over netlink when the kernel has it; (None, False) when it never can."""
         if self.rdma is None:
             return None, True  # not asked (a sysfs tree): say nothing about rxe
+        if not self.sysfs.exists("sys/module/ib_core"):
+            # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
+            # load a module. Without ib_core there is no RDMA device to list.
+            return [], True
         if not self._rdma_available():
             notes.append(self.rdma.reason or "RDMA netlink is not available")
             return None, False
@@ -294,45 +221,43 @@ class KernelHost:
 
     async def apply(self, action: Action) -> ApplyResult:
         """Carry out one action; never raises for a kernel refusal (it is in the result)."""
-        if isinstance(action, Blocked | Waiting):
+        if not action.changes_kernel:
             return not_applied(action)
-        if isinstance(action, SetNumVfs):
-            return await self._set_numvfs(action)
-        if isinstance(action, SetLinkUp):
-            return await self._set_link_up(action)
-        if isinstance(action, SetVfSettings):
-            return await self._set_vf_settings(action)
-        if isinstance(action, SetIbVf):
-            return await self._set_ib_vf(action)
-        if isinstance(action, BindVfDriver):
-            return await self._bind_vf_driver(action)
-        if isinstance(action, LoadModule):
-            return await self._load_module(action)
-        if isinstance(action, AddRxe):
-            return await self._add_rxe(action)
-        if isinstance(action, DeleteRxe):
-            return await self._delete_rxe(action)
-        error = KernelError(action.kind, action.obj, None, "rdmad cannot apply this action kind")
-        record = self._record(action, (action.kind, None, None), error, 0.0)
-        return _verdict(action, [record])
+        planned = planned_writes(action, self.sysfs)
+        if not planned:
+            error = KernelError(action.kind, action.obj, None, "rdmad cannot apply this action")
+            return verdict(action, [self._record(action, (action.kind, None, None), error, 0.0)])
+        # Re-check before the action's first write, so a stale action writes nothing at all
+        # (not even the driver_override that precedes an unbind).
+        try:
+            for w in planned:
+                if w.destructive:
+                    await self._recheck(w)
+        except StaleAction as exc:
+            log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), exc)
+            return ApplyResult(action, Outcome.STALE, (), f"stale: {exc}")
+        writes: list[WriteRecord] = []
+        for i, w in enumerate(planned):
+            if w.needs_previous and not all(r.ok for r in writes):
+                # override -> unbind -> probe, GUIDs -> rebind: each needs the one before.
+                skipped = ", ".join(c[0] for p in planned[i:] for c in p.changes)
+                return verdict(action, writes, f"not done after a failed write: {skipped}")
+            writes += await self._execute(action, w)
+        return verdict(action, writes)
 
-    async def _write(
-        self, action: Action, changes: Sequence[Change], do: Write
-    ) -> list[WriteRecord]:
-        """THE kernel write: run ``do``, then log and record each change with its result.
-
-        ``do`` returns one error (or None) per change, or None when all succeeded;
-        a KernelError it raises fails every change.
-        """
+    async def _execute(self, action: Action, w: PlannedWrite) -> list[WriteRecord]:
+        """THE kernel write: run it, then log and record each change with its result."""
         started = time.monotonic()
         try:
-            errors: Sequence[KernelError | None] = await do() or [None] * len(changes)
+            errors: Sequence[KernelError | None] = await self._run(action, w) or [None] * len(
+                w.changes
+            )
         except KernelError as exc:
-            errors = [exc] * len(changes)
+            errors = [exc] * len(w.changes)
         took = time.monotonic() - started
         return [
             self._record(action, change, error, took)
-            for change, error in zip(changes, errors, strict=True)
+            for change, error in zip(w.changes, errors, strict=True)
         ]
 
     def _record(
@@ -349,48 +274,124 @@ class KernelHost:
             log.warning("%s: %s", action.obj, record.describe())
         return record
 
-    def _sysfs_write(self, rel: str, value: str, op: str) -> Write:
-        async def do() -> None:
-            self.sysfs.write(rel, value, op=op)
-
-        return do
-
-    # --- SR-IOV count -------------------------------------------------------------------
-
-    async def _set_numvfs(self, action: SetNumVfs) -> ApplyResult:
-        rel = f"{self.sysfs.device_dir(action.pci)}/sriov_numvfs"
-        old = self.sysfs.read_int(rel)
-        change = (f"{action.pci} sriov_numvfs", old, action.new)
-
-        async def do() -> None:
-            await self._long_write(rel, str(action.new), f"set sriov_numvfs {action.new}", action)
-            now = self.sysfs.read_int(rel)
-            if now != action.new:
+    async def _run(self, action: Action, w: PlannedWrite) -> Sequence[KernelError | None] | None:
+        op = w.op
+        if op is Op.NUMVFS:
+            await self._blocking_write(w.path, w.value, f"set sriov_numvfs {w.value}", action)
+            now = self.sysfs.read_int(w.path)
+            if now != int(w.value):
                 raise KernelError(
-                    f"set sriov_numvfs {action.new}",
-                    rel,
+                    f"set sriov_numvfs {w.value}",
+                    w.path,
                     None,
                     f"the write returned but sriov_numvfs reads {now}",
                 )
+        elif op is Op.SYSFS:
+            target = w.changes[0][0]
+            await self._blocking_write(w.path, w.value, f"set {target}", action)
+        elif op is Op.UNBIND:
+            rel = f"sys/bus/pci/drivers/{w.path}/unbind"
+            await self._blocking_write(rel, w.value, f"unbind from {w.path}", action)
+        elif op is Op.PROBE:
+            op_name = "probe drivers"
+            await self._blocking_write("sys/bus/pci/drivers_probe", w.path, op_name, action)
+            if w.value:
+                await self._await_driver(w.path, w.value, op_name)
+        elif op is Op.MODPROBE:
+            await modules_mod.modprobe(
+                w.path,
+                sysfs=self.sysfs,
+                timeout=self.modprobe_timeout,
+                program=self.modprobe_program,
+            )
+        elif op is Op.LINK_UP:
+            if self.rtnl is None:
+                raise KernelError(f"set {w.path} up", "", None, "rtnetlink is not open")
+            await self.rtnl.set_up(w.path)
+        elif op is Op.VF_SETTINGS:
+            assert isinstance(action, SetVfSettings)
+            return await self._set_vf_settings(action)
+        elif op is Op.RXE_ADD:
+            rdma = self._rdma_or_raise(f"add rxe link {w.path}")
+            await rdma.add_link(w.path, "rxe", w.value)
+        elif op is Op.RXE_DEL:
+            rdma = self._rdma_or_raise(f"delete RDMA link {w.path}")
+            await rdma.delete_link(w.path)
+        return None
 
-        return _verdict(action, await self._write(action, [change], do))
+    # --- the re-check before a destructive write --------------------------------------
 
-    async def _long_write(self, rel: str, value: str, op: str, action: Action) -> None:
-        """A sysfs write that may block for a minute, off the event loop, with a deadline.
+    async def _recheck(self, w: PlannedWrite) -> None:
+        """Raise StaleAction unless the kernel still shows what the write was planned from
+        and nothing has started using what it destroys (a VM, a verbs job, a container)."""
+        _target, old, _new = w.changes[0]
+        if w.op is Op.NUMVFS:
+            now = self.sysfs.read_int(w.path)
+            if now != old:
+                raise StaleAction(f"sriov_numvfs is {now}, planned from {old}")
+            pci = w.path.rsplit("/", 2)[-2]
+            links = await self._fresh_rdma_links()
+            for index, vf_pci in sorted(self.sysfs.virtfns(pci).items()):
+                usage = vf_usage_now(self.sysfs, vf_pci, links)
+                if usage.busy:
+                    raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+        elif w.op is Op.UNBIND:
+            pci = w.value
+            now_driver = self.sysfs.link_name(f"{PCI_DEVICES}/{pci}/driver")
+            if now_driver != old:
+                raise StaleAction(f"{pci} is bound to {now_driver or 'no driver'}, not {old}")
+            usage = vf_usage_now(self.sysfs, pci, await self._fresh_rdma_links())
+            if usage.busy:
+                raise StaleAction(f"{pci} is now in use: {usage.describe()}")
+        elif w.op is Op.RXE_DEL:
+            link = next((lk for lk in await self._fresh_rdma_links() if lk.name == w.path), None)
+            if link is None:
+                raise StaleAction(f"RDMA link {w.path} is already gone")
+            if old not in ("present", f"rxe on {link.netdev}"):
+                raise StaleAction(f"{w.path} is now on {link.netdev}, planned as {old}")
+            usage = rdma_link_usage_now(self.sysfs, link)
+            if usage.busy:
+                raise StaleAction(f"{w.path} is now in use: {usage.describe()}")
 
-        The thread cannot be stopped once the kernel has the write: past the
-        deadline the error says so, and the next observe shows how it ended.
+    async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
+        links, _ = await self._rdma_links([])
+        if links is not None:
+            return links
+        return list(self.last.rdma_links) if self.last is not None else []
+
+    # --- blocking sysfs writes ----------------------------------------------------------
+
+    async def _blocking_write(self, rel: str, value: str, op: str, action: Action) -> None:
+        """A sysfs write that may block (numvfs: a minute; unbind: whatever the driver does),
+        off the event loop, with a deadline and progress in the log.
+
+        A thread cannot be stopped once the kernel has the write: past the deadline
+        the error says so, the write stays registered under its path, and no second
+        write to that file starts until the first has returned.
         """
+        running = self._running.get(rel)
+        if running is not None and not running[0].done():
+            since = time.monotonic() - running[1]
+            raise KernelError(
+                op,
+                rel,
+                errno_mod.EBUSY,
+                f"an earlier write to this file has been running for {since:.0f} s; "
+                "not writing again until it returns",
+            )
+        deadline = self.numvfs_deadline if rel.endswith("sriov_numvfs") else SYSFS_DEADLINE
         task = asyncio.ensure_future(asyncio.to_thread(self.sysfs.write, rel, value, op=op))
         started = time.monotonic()
+        self._running[rel] = (task, started)
+        task.add_done_callback(lambda t: self._write_ended(rel, t))
         while True:
-            left = self.numvfs_deadline - (time.monotonic() - started)
+            left = deadline - (time.monotonic() - started)
             if left <= 0:
                 raise KernelError(
                     op,
                     rel,
                     errno_mod.ETIMEDOUT,
-                    f"still running after {self.numvfs_deadline:g} s; the kernel may finish "
+                    f"still running after {deadline:g} s; the kernel may finish "
                     "it later, the next observation will tell",
                 )
             done, _ = await asyncio.wait({task}, timeout=min(PROGRESS_EVERY, left))
@@ -404,21 +405,24 @@ class KernelHost:
                 time.monotonic() - started,
             )
 
+    def _write_ended(self, rel: str, task: asyncio.Future[None]) -> None:
+        if self._running.get(rel, (None, 0.0))[0] is task:
+            del self._running[rel]
+        if not task.cancelled():
+            task.exception()  # retrieved: a late failure shows in the next observation
+
     # --- VF settings (rtnetlink) ----------------------------------------------------------
 
-    async def _set_vf_settings(self, action: SetVfSettings) -> ApplyResult:
-        changes = planned_changes(action)
+    async def _set_vf_settings(self, action: SetVfSettings) -> list[KernelError | None]:
         rtnl = self.rtnl
         if rtnl is None:
             error = KernelError("set VF settings", action.pf_netdev, None, "no rtnetlink here")
-            return _verdict(action, [self._record(action, c, error, 0.0) for c in changes])
+            return [error] * len(action.changes)
         current = await self._current_vfs(action.pci, action.pf_netdev)
-
-        async def do() -> list[KernelError | None]:
-            results = await rtnl.set_vf_settings(action.pf_netdev, action.changes, current)
-            return [r.error for r in results]
-
-        return _verdict(action, await self._write(action, changes, do))
+        # By ifindex: a rename between observe and now must not redirect the write.
+        link: int | str = action.pf_ifindex if action.pf_ifindex else action.pf_netdev
+        results = await rtnl.set_vf_settings(link, action.changes, current)
+        return [r.error for r in results]
 
     async def _current_vfs(self, pci: str, netdev: str) -> Mapping[int, VfSettings]:
         """VF settings the changes are relative to (vlan/qos/proto and rates travel together).
@@ -439,58 +443,6 @@ class KernelHost:
                 pass
         return {}
 
-    # --- InfiniBand VF GUIDs --------------------------------------------------------------
-
-    async def _set_ib_vf(self, action: SetIbVf) -> ApplyResult:
-        writes: list[WriteRecord] = []
-        for c in action.changes:
-            file = {"node_guid": "node", "port_guid": "port", "policy": "policy"}.get(c.attr)
-            if file is None:
-                error = KernelError(f"set vf {c.vf} {c.attr}", action.ib_device, errno_mod.EINVAL)
-                writes.append(self._record(action, (c.attr, c.old, c.new), error, 0.0))
-                continue
-            rel = f"{self.sysfs.ib_vf_dir(action.ib_device, action.vf)}/{file}"
-            change = (f"{action.ib_device} vf {action.vf} {c.attr}", self.sysfs.read(rel), c.new)
-            op = f"set vf {action.vf} {c.attr}"
-            writes += await self._write(action, [change], self._sysfs_write(rel, str(c.new), op))
-        if action.rebind and action.vf_pci:
-            if any(not w.ok for w in writes):
-                return _verdict(action, writes, "not re-bound: a GUID write failed")
-            writes += await self._rebind(action, action.vf_pci)
-        return _verdict(action, writes)
-
-    async def _rebind(self, action: Action, pci: str) -> list[WriteRecord]:
-        """Unbind and re-probe a VF so its driver picks up new GUIDs."""
-        driver = self.sysfs.link_name(f"{PCI_DEVICES}/{pci}/driver")
-        writes: list[WriteRecord] = []
-        if driver is not None:
-            writes += await self._unbind(action, pci, driver)
-            if not writes[-1].ok:
-                return writes
-        writes += await self._probe(action, pci, driver, expect=driver)
-        return writes
-
-    async def _unbind(self, action: Action, pci: str, driver: str) -> list[WriteRecord]:
-        rel = f"sys/bus/pci/drivers/{driver}/unbind"
-        change = (f"{pci} driver", driver, None)
-        return await self._write(
-            action, [change], self._sysfs_write(rel, pci, f"unbind from {driver}")
-        )
-
-    async def _probe(
-        self, action: Action, pci: str, old: str | None, expect: str | None
-    ) -> list[WriteRecord]:
-        """drivers_probe, then wait (bounded) for the expected driver to take the device."""
-        op = "probe drivers"
-        target = f"{pci} driver"
-
-        async def do() -> None:
-            self.sysfs.write("sys/bus/pci/drivers_probe", pci, op=op)
-            if expect is not None:
-                await self._await_driver(pci, expect, op)
-
-        return await self._write(action, [(target, old, expect)], do)
-
     async def _await_driver(self, pci: str, want: str, op: str) -> None:
         deadline = time.monotonic() + BIND_DEADLINE
         rel = f"{PCI_DEVICES}/{pci}/driver"
@@ -509,162 +461,18 @@ class KernelHost:
                 )
             await asyncio.sleep(_BIND_POLL)
 
-    # --- VF driver ---------------------------------------------------------------------------
-
-    async def _bind_vf_driver(self, action: BindVfDriver) -> ApplyResult:
-        pci, new = action.vf_pci, action.new
-        writes: list[WriteRecord] = []
-        if not self.sysfs.exists(f"sys/bus/pci/drivers/{new}"):
-            writes += await self._modprobe(action, new)
-            if not writes[-1].ok:
-                return _verdict(action, writes, f"driver {new} is not available")
-        base = f"{PCI_DEVICES}/{pci}"
-        raw = self.sysfs.read(f"{base}/driver_override")
-        override = None if raw in (None, "", "(null)") else raw
-        if override != new:
-            change = (f"{pci} driver_override", override, new)
-            do = self._sysfs_write(f"{base}/driver_override", new, "set driver_override")
-            writes += await self._write(action, [change], do)
-            if not writes[-1].ok:
-                return _verdict(action, writes)
-        current = self.sysfs.link_name(f"{base}/driver")
-        if current == new:
-            return _verdict(action, writes, f"already bound to {new}")
-        if current is not None:
-            writes += await self._unbind(action, pci, current)
-            if not writes[-1].ok:
-                return _verdict(action, writes)
-        writes += await self._probe(action, pci, current, expect=new)
-        return _verdict(action, writes)
-
-    # --- modules ----------------------------------------------------------------------------
-
-    async def _load_module(self, action: LoadModule) -> ApplyResult:
-        return _verdict(action, await self._modprobe(action, action.module))
-
-    async def _modprobe(self, action: Action, module: str) -> list[WriteRecord]:
-        was = modules_mod.Modules(self.sysfs).is_loaded(module)
-        change = (f"module {module}", "loaded" if was else "not loaded", "loaded")
-
-        async def do() -> None:
-            await modules_mod.modprobe(
-                module,
-                sysfs=self.sysfs,
-                timeout=self.modprobe_timeout,
-                program=self.modprobe_program,
-            )
-
-        return await self._write(action, [change], do)
-
     # --- rxe ----------------------------------------------------------------------------------
 
-    async def _set_link_up(self, action: SetLinkUp) -> ApplyResult:
-        change = (f"{action.netdev} link", "down", "up")
-        rtnl = self.rtnl
-
-        async def do() -> None:
-            if rtnl is None:
-                raise KernelError(f"set {action.netdev} up", "", None, "rtnetlink is not open")
-            await rtnl.set_up(action.netdev)
-
-        return _verdict(action, await self._write(action, [change], do))
-
-    async def _add_rxe(self, action: AddRxe) -> ApplyResult:
-        change = (f"rdma link {action.name}", None, f"rxe on {action.netdev}")
-        rdma = self._rdma_or_none()
-
-        async def do() -> None:
-            if rdma is None:
-                raise self._no_rdma(f"add rxe link {action.name}")
-            await rdma.add_link(action.name, "rxe", action.netdev)
-
-        return _verdict(action, await self._write(action, [change], do))
-
-    async def _delete_rxe(self, action: DeleteRxe) -> ApplyResult:
-        old = self.last.rdma_link(action.name) if self.last is not None else None
-        was = f"rxe on {old.netdev}" if old is not None and old.netdev else "present"
-        change = (f"rdma link {action.name}", was, None)
-        rdma = self._rdma_or_none()
-
-        async def do() -> None:
-            if rdma is None:
-                raise self._no_rdma(f"delete RDMA link {action.name}")
-            await rdma.delete_link(action.name)
-
-        return _verdict(action, await self._write(action, [change], do))
-
-    def _rdma_or_none(self) -> RdmaSource | None:
+    def _rdma_or_raise(self, op: str) -> RdmaSource:
         if self.rdma is None or not self.rdma.available():
-            return None
+            why = self.rdma.reason if self.rdma is not None else None
+            raise KernelError(op, "", errno_mod.EPROTONOSUPPORT, why or "no RDMA netlink here")
         self._rdma_ok = True
         return self.rdma
-
-    def _no_rdma(self, op: str) -> KernelError:
-        why = self.rdma.reason if self.rdma is not None else None
-        return KernelError(op, "", errno_mod.EPROTONOSUPPORT, why or "no RDMA netlink here")
 
 
 def _with_note(snapshot: Observed, *notes: str) -> Observed:
     return replace(snapshot, notes=(*snapshot.notes, *notes))
-
-
-# --- dry run ------------------------------------------------------------------------------------
-
-
-class RecordingHost:
-    """Dry run: observes like the real host, and apply() only records what it would do.
-
-    ``observer`` is any async callable returning an Observed (a KernelHost's
-    observe, or a fake); the agent's code path is otherwise the same.
-    """
-
-    def __init__(self, observer: Callable[[], Awaitable[Observed]]) -> None:
-        self._observer = observer
-        self.records: list[WriteRecord] = []
-        self.last: Observed | None = None
-
-    async def observe(self) -> Observed:
-        self.last = await self._observer()
-        return self.last
-
-    async def apply(self, action: Action) -> ApplyResult:
-        if not action.changes_kernel:
-            return not_applied(action)
-        now = time.time()
-        records = [
-            WriteRecord(now, action.kind, action.obj, t, old, new, action.reason, dry_run=True)
-            for t, old, new in planned_changes(action)
-        ]
-        self.records.extend(records)
-        for r in records:
-            log.info("%s: dry run: %s", action.obj, r.describe())
-        return ApplyResult(action, Outcome.RECORDED, tuple(records), "dry run: nothing changed")
-
-
-def planned_changes(action: Action) -> list[Change]:
-    """(target, old, new) of each write an action stands for, as the planner saw it."""
-    if isinstance(action, SetNumVfs):
-        return [(f"{action.pci} sriov_numvfs", action.old, action.new)]
-    if isinstance(action, SetLinkUp):
-        return [(f"{action.netdev} link", "down", "up")]
-    if isinstance(action, SetVfSettings):
-        return [(f"{action.pf_netdev} vf {c.vf} {c.attr}", c.old, c.new) for c in action.changes]
-    if isinstance(action, SetIbVf):
-        out: list[Change] = [
-            (f"{action.ib_device} vf {action.vf} {c.attr}", c.old, c.new) for c in action.changes
-        ]
-        if action.rebind:
-            out.append((f"{action.vf_pci} driver", "bound", "re-bound"))
-        return out
-    if isinstance(action, BindVfDriver):
-        return [(f"{action.vf_pci} driver", action.old, action.new)]
-    if isinstance(action, LoadModule):
-        return [(f"module {action.module}", None, "loaded")]
-    if isinstance(action, AddRxe):
-        return [(f"rdma link {action.name}", None, f"rxe on {action.netdev}")]
-    if isinstance(action, DeleteRxe):
-        return [(f"rdma link {action.name}", "present", None)]
-    return [(action.describe(), None, None)]
 
 
 # --- the CLI's synchronous entry ------------------------------------------------------------
@@ -689,13 +497,4 @@ def observe_host(root: Path) -> Observed:
     return asyncio.run(run())
 
 
-__all__ = [
-    "ApplyResult",
-    "Host",
-    "KernelHost",
-    "Outcome",
-    "RecordingHost",
-    "WriteRecord",
-    "observe_host",
-    "planned_changes",
-]
+__all__ = ["Host", "KernelHost", "observe_host"]

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import FREE, Usage, Use
+from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
 PASSTHROUGH_DRIVERS = frozenset({"vfio-pci", "pci-stub"})
@@ -136,3 +137,13 @@ def vf_usage(sysfs: Sysfs, files: OpenFiles, libvirt: dict[str, str], vf_pci: st
 def _unknown(files: OpenFiles) -> Usage:
     sample = ", ".join(files.unreadable[:3])
     return Usage(Use.UNKNOWN, (f"open files of pid {sample} could not be read (not root?)",))
+
+
+def vf_usage_now(sysfs: Sysfs, vf_pci: str, rdma_links: Sequence[RdmaLinkObserved] = ()) -> Usage:
+    """A fresh answer for one VF, for the re-check right before a destructive write."""
+    return vf_usage(sysfs, OpenFiles.scan(sysfs), libvirt_hostdevs(sysfs), vf_pci)
+
+
+def rdma_link_usage_now(sysfs: Sysfs, link: RdmaLinkObserved) -> Usage:
+    """A fresh answer for one RDMA link, for the re-check right before deleting it."""
+    return rdma_device_usage(sysfs, OpenFiles.scan(sysfs), link.name)

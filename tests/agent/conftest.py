@@ -39,6 +39,7 @@ class FakeWrite:
 class FakeResult:
     writes: tuple[FakeWrite, ...]
     note: str = ""
+    stale: bool = False
 
     @property
     def ok(self) -> bool:

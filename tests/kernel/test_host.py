@@ -8,6 +8,7 @@ what the kernel does on driver_override/unbind/drivers_probe writes.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -20,11 +21,14 @@ from pathlib import Path
 import pytest
 
 from rdmad.kernel import host as host_mod
+from rdmad.kernel.dryrun import RecordingHost
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.host import KernelHost, Outcome, RecordingHost
+from rdmad.kernel.host import KernelHost
 from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
+from rdmad.kernel.results import Outcome
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import (
+    Action,
     AddRxe,
     BindVfDriver,
     Blocked,
@@ -209,6 +213,97 @@ async def test_long_numvfs_write_logs_progress_and_hits_its_deadline(
     assert "set sriov_numvfs 7 still in progress after" in caplog.text
 
 
+async def test_no_second_write_while_one_past_its_deadline_still_runs(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel still has the first write: a retry must not start a second one to the
+    same file (two numvfs writes racing in the driver), and the loop is never blocked."""
+    release = threading.Event()
+    writes: list[str] = []
+
+    class Slow(KernelishSysfs):
+        def write(self, rel: str, value: str, *, op: str | None = None) -> None:
+            writes.append(value)
+            release.wait(DEADLINE)
+            super().write(rel, value, op=op)
+
+    monkeypatch.setattr(host_mod, "PROGRESS_EVERY", 0.05)
+    host = KernelHost(tree, numvfs_deadline=0.2)
+    host.sysfs = Slow(tree)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    beat = asyncio.ensure_future(ticker())
+    try:
+        first = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+        assert first.errors[0].errno == errno.ETIMEDOUT
+        again = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+        [error] = again.errors
+        assert error.errno == errno.EBUSY and "earlier write to this file" in str(error)
+        assert writes == ["7"]  # the retry never reached the kernel
+        assert ticks > 5  # the event loop ran while the write blocked
+    finally:
+        release.set()
+        beat.cancel()
+    for _ in range(500):  # the first write returns; then the file is free again
+        if IGB_NUMVFS not in host._running:
+            break
+        await asyncio.sleep(0.01)
+    (tree / IGB_NUMVFS).write_text("0")
+    third = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7))
+    assert third.outcome is Outcome.APPLIED, third.describe()
+
+
+async def test_numvfs_write_rechecks_count_and_usage_first(tree: Path) -> None:
+    host = make_host(tree)
+    (tree / IGB_NUMVFS).write_text("7")
+    moved = await host.apply(SetNumVfs("o", "r", pci=IGB_PF, old=4, new=0))
+    assert moved.stale and "sriov_numvfs is 7, planned from 4" in moved.note
+    # The mlx5 PF's VF 1 is held by a VM (pid 4242) that started after the plan.
+    numvfs = tree / DEV / MLX5_PF / "sriov_numvfs"
+    count = int(numvfs.read_text())
+    held = await host.apply(SetNumVfs("o", "r", pci=MLX5_PF, old=count, new=0))
+    assert held.stale and "pid 4242 (qemu-system-x86)" in held.note
+    assert int(numvfs.read_text()) == count and not host.records
+
+
+def every_action() -> list[Action]:
+    vf = VfChange(0, "mac", "00:00:00:00:00:00", "02:00:00:00:00:01")
+    return [
+        SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7),
+        SetVfSettings("o", "r", pci=IGB_PF, pf_netdev="enp94s0f0", pf_ifindex=3, changes=(vf,)),
+        ib_action(rebind=True),
+        BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci"),
+        BindVfDriver("o", "r", vf_pci=MLX5_VFS[2], old="mlx5_core", new="none"),
+        LoadModule("o", "r", module="rdma_rxe"),
+        AddRxe("o", "r", name="rxe0", netdev="eth0"),
+        DeleteRxe("o", "r", name="rxe9", netdev="eth1"),
+    ]
+
+
+async def test_dry_run_records_exactly_what_apply_writes(tree: Path) -> None:
+    ok = tree / "ok-modprobe"
+    ok.write_text("#!/bin/sh\nexit 0\n")
+    ok.chmod(0o755)
+    rdma = FakeRdma()
+    rdma.made["rxe9"] = "eth1"
+    rtnl = FakeRtnl([pf_link({0: VfSettings(mac="00:00:00:00:00:00")})])
+    real = make_host(tree, rtnl=rtnl, rdma=rdma, modprobe_program=str(ok))
+    dry = RecordingHost(real.observe, Sysfs(tree))
+    for action in every_action():
+        recorded = await dry.apply(action)
+        done = await real.apply(action)
+        assert done.outcome is Outcome.APPLIED, done.describe()
+        assert [(w.target, w.old, w.new) for w in recorded.writes] == [
+            (w.target, w.old, w.new) for w in done.writes
+        ], action.kind
+
+
 # --- SetVfSettings ----------------------------------------------------------------------------
 
 
@@ -279,6 +374,7 @@ def ib_action(rebind: bool) -> SetIbVf:
             VfChange(0, "policy", "Follow", "Up"),
         ),
         rebind=rebind,
+        vf_driver="mlx5_core",
     )
 
 
@@ -293,7 +389,7 @@ async def test_set_ib_vf_writes_guids_then_rebinds(tree: Path) -> None:
         ("mlx5_0 vf 0 node_guid", "00:00:00:00:00:00:00:00", "00:11:22:33:44:55:66:77"),
         ("mlx5_0 vf 0 policy", "Follow", "Up"),
         (f"{MLX5_VFS[0]} driver", "mlx5_core", None),
-        (f"{MLX5_VFS[0]} driver", "mlx5_core", "mlx5_core"),
+        (f"{MLX5_VFS[0]} driver", None, "mlx5_core"),
     ]
     assert (tree / "sys/bus/pci/drivers_probe").read_text() == MLX5_VFS[0]
 
@@ -306,10 +402,10 @@ async def test_set_ib_vf_failed_guid_write_skips_the_rebind(tree: Path) -> None:
     result = await host.apply(ib_action(rebind=True))
     assert result.outcome is Outcome.PARTIAL
     assert str(result.errors[0]) == (
-        "set vf 0 node_guid on sys/class/infiniband/mlx5_0/device/sriov/0/node: "
+        "set mlx5_0 vf 0 node_guid on sys/class/infiniband/mlx5_0/device/sriov/0/node: "
         "Is a directory (EISDIR)"
     )
-    assert result.note == "not re-bound: a GUID write failed"
+    assert result.note.startswith("not done after a failed write: ")
     assert not any(w.target.endswith(" driver") for w in result.writes)
 
 
@@ -339,14 +435,38 @@ async def test_bind_unbound_vf_to_vfio(tree: Path) -> None:
 async def test_rebind_from_vfio_to_mlx5(tree: Path) -> None:
     host = make_host(tree)
     vf = MLX5_VFS[1]
-    result = await host.apply(BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="mlx5_core"))
+    (tree / "proc/4242").rename(tree / "proc/gone")  # the VM that held it has exited
+    action = BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="mlx5_core", override_old=None)
+    result = await host.apply(action)
     assert result.outcome is Outcome.APPLIED, result.describe()
-    assert [w.target for w in result.writes] == [
-        f"{vf} driver_override",
-        f"{vf} driver",
-        f"{vf} driver",
+    assert [(w.target, w.old, w.new) for w in result.writes] == [
+        (f"{vf} driver_override", None, "mlx5_core"),
+        (f"{vf} driver", "vfio-pci", None),
+        (f"{vf} driver", None, "mlx5_core"),
     ]
     assert Sysfs(tree).link_name(f"{PCI_DEVICES}/{vf}/driver") == "mlx5_core"
+
+
+async def test_rebind_of_a_vf_taken_since_the_plan_is_dropped_as_stale(tree: Path) -> None:
+    # Planned while free; by the time the write runs a VM holds /dev/vfio/61 (pid 4242).
+    host = make_host(tree)
+    vf = MLX5_VFS[1]
+    before = (tree / DEV / vf / "driver_override").read_text()
+    action = BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="mlx5_core", override_old=None)
+    result = await host.apply(action)
+    assert result.outcome is Outcome.STALE and result.ok and result.writes == ()
+    assert "pid 4242 (qemu-system-x86) holds /dev/vfio/61" in result.note
+    assert Sysfs(tree).link_name(f"{PCI_DEVICES}/{vf}/driver") == "vfio-pci"
+    assert (tree / DEV / vf / "driver_override").read_text() == before
+    assert not host.records  # nothing was written, not even the override
+
+
+async def test_rebind_of_a_vf_whose_driver_changed_is_stale(tree: Path) -> None:
+    host = make_host(tree)
+    vf = MLX5_VFS[0]  # bound to mlx5_core, planned as if bound to vfio-pci
+    action = BindVfDriver("o", "r", vf_pci=vf, old="vfio-pci", new="igbvf", override_old=None)
+    result = await host.apply(action)
+    assert result.stale and "bound to mlx5_core, not vfio-pci" in result.note
 
 
 async def test_bind_that_does_not_take_says_so(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -367,7 +487,7 @@ async def test_bind_override_write_refused(tree: Path) -> None:
         BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="vfio-pci")
     )
     assert result.outcome is Outcome.FAILED and len(result.writes) == 1
-    assert str(result.errors[0]).startswith("set driver_override on ")
+    assert str(result.errors[0]).startswith(f"set {MLX5_VFS[3]} driver_override on ")
     assert "(ENOENT)" in str(result.errors[0])
 
 
@@ -376,9 +496,10 @@ async def test_bind_loads_a_missing_driver_and_reports_modprobe(tree: Path) -> N
     fake.write_text("#!/bin/sh\necho 'modprobe: FATAL: Module vfio_pci not found.' >&2\nexit 1\n")
     fake.chmod(0o755)
     host = make_host(tree, modprobe_program=str(fake))
-    result = await host.apply(BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="igbvf"))
+    bind = BindVfDriver("o", "r", vf_pci=MLX5_VFS[3], old=None, new="igbvf", load_module=True)
+    result = await host.apply(bind)
     assert result.outcome is Outcome.FAILED
-    assert result.note == "driver igbvf is not available"
+    assert result.note.startswith("not done after a failed write: ")
     assert str(result.errors[0]) == "modprobe igbvf: modprobe: FATAL: Module vfio_pci not found."
 
 
@@ -418,7 +539,9 @@ async def test_add_and_delete_rxe(tree: Path) -> None:
     assert added.outcome is Outcome.APPLIED and rdma.made == {"rxe0": "eth0"}
     observed = await host.observe()
     assert observed.rdma_link("rxe0") is not None
-    deleted = await host.apply(DeleteRxe("rxe rxe0", "no longer declared", name="rxe0"))
+    deleted = await host.apply(
+        DeleteRxe("rxe rxe0", "no longer declared", name="rxe0", netdev="eth0")
+    )
     assert deleted.outcome is Outcome.APPLIED and rdma.made == {}
     assert (deleted.writes[0].old, deleted.writes[0].new) == ("rxe on eth0", None)
 
@@ -427,11 +550,16 @@ async def test_rxe_errors(tree: Path) -> None:
     failing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
     result = await make_host(tree, rdma=failing).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: already exists (EEXIST)"
-    none = await make_host(tree, rdma=FakeRdma(ok=False)).apply(DeleteRxe("o", "r", name="rxe0"))
+    none = await make_host(tree, rdma=FakeRdma(ok=False)).apply(
+        AddRxe("o", "r", name="rxe0", netdev="eth0")
+    )
     assert str(none.errors[0]) == (
-        "delete RDMA link rxe0: protocol not supported by the driver (EPROTONOSUPPORT); "
+        "add rxe link rxe0: protocol not supported by the driver (EPROTONOSUPPORT); "
         "the kernel has no RDMA netlink (NETLINK_RDMA)"
     )
+    # Deleting a link that cannot be listed (no RDMA netlink, never observed): never blind.
+    gone = await make_host(tree, rdma=FakeRdma(ok=False)).apply(DeleteRxe("o", "r", name="rxe0"))
+    assert gone.stale and "already gone" in gone.note
     fake_root = await KernelHost(tree).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert "no RDMA netlink here" in str(fake_root.errors[0])
 
