@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import errno as errno_mod
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
@@ -87,16 +87,6 @@ class RdmaSource(Protocol):
     def close(self) -> None: ...
 
 
-class Host(Protocol):
-    """What the agent drives: KernelHost for real, RecordingHost for a dry run."""
-
-    records: list[WriteRecord]
-
-    async def observe(self) -> Observed: ...
-
-    async def apply(self, action: Action) -> ApplyResult: ...
-
-
 Write = Callable[[], Awaitable[Sequence[KernelError | None] | None]]
 
 
@@ -119,7 +109,10 @@ class KernelHost:
         numvfs_deadline: float = NUMVFS_DEADLINE,
         modprobe_timeout: float = modules_mod.DEFAULT_TIMEOUT,
         modprobe_program: str = modules_mod.MODPROBE,
+        clock: Clock | None = None,
     ) -> None:
+        # Deadlines and record times; the waits themselves are asyncio's (real time).
+        self.clock: Clock = clock or SystemClock()
         self.sysfs = Sysfs(root)
         live = Path(root) == Path("/")
         self.rtnl: LinkSource | None = rtnl if rtnl is not None else RtNetlink() if live else None
@@ -247,14 +240,14 @@ class KernelHost:
 
     async def _execute(self, action: Action, w: PlannedWrite) -> list[WriteRecord]:
         """THE kernel write: run it, then log and record each change with its result."""
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             errors: Sequence[KernelError | None] = await self._run(action, w) or [None] * len(
                 w.changes
             )
         except KernelError as exc:
             errors = [exc] * len(w.changes)
-        took = time.monotonic() - started
+        took = self.clock.monotonic() - started
         return [
             self._record(action, change, error, took)
             for change, error in zip(w.changes, errors, strict=True)
@@ -265,7 +258,7 @@ class KernelHost:
     ) -> WriteRecord:
         target, old, new = change
         record = WriteRecord(
-            time.time(), action.kind, action.obj, target, old, new, action.reason, error, took
+            self.clock.wall(), action.kind, action.obj, target, old, new, action.reason, error, took
         )
         self.records.append(record)
         if error is None:
@@ -371,7 +364,7 @@ class KernelHost:
         """
         running = self._running.get(rel)
         if running is not None and not running[0].done():
-            since = time.monotonic() - running[1]
+            since = self.clock.monotonic() - running[1]
             raise KernelError(
                 op,
                 rel,
@@ -381,11 +374,11 @@ class KernelHost:
             )
         deadline = self.numvfs_deadline if rel.endswith("sriov_numvfs") else SYSFS_DEADLINE
         task = asyncio.ensure_future(asyncio.to_thread(self.sysfs.write, rel, value, op=op))
-        started = time.monotonic()
+        started = self.clock.monotonic()
         self._running[rel] = (task, started)
         task.add_done_callback(lambda t: self._write_ended(rel, t))
         while True:
-            left = deadline - (time.monotonic() - started)
+            left = deadline - (self.clock.monotonic() - started)
             if left <= 0:
                 raise KernelError(
                     op,
@@ -402,7 +395,7 @@ class KernelHost:
                 "%s: %s still in progress after %.0f s",
                 action.obj,
                 op,
-                time.monotonic() - started,
+                self.clock.monotonic() - started,
             )
 
     def _write_ended(self, rel: str, task: asyncio.Future[None]) -> None:
@@ -444,13 +437,13 @@ class KernelHost:
         return {}
 
     async def _await_driver(self, pci: str, want: str, op: str) -> None:
-        deadline = time.monotonic() + BIND_DEADLINE
+        deadline = self.clock.monotonic() + BIND_DEADLINE
         rel = f"{PCI_DEVICES}/{pci}/driver"
         while True:
             now = self.sysfs.link_name(rel)
             if now == want:
                 return
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 got = f"bound to {now}" if now else "bound to no driver"
                 raise KernelError(
                     op,
@@ -497,4 +490,4 @@ def observe_host(root: Path) -> Observed:
     return asyncio.run(run())
 
 
-__all__ = ["Host", "KernelHost", "observe_host"]
+__all__ = ["KernelHost", "observe_host"]

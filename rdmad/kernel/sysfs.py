@@ -184,23 +184,6 @@ class Sysfs:
                     out[int(entry[6:])] = target
         return out
 
-    def set_numvfs(self, pci: str, count: int) -> None:
-        self.write(
-            f"{self.device_dir(pci)}/sriov_numvfs", str(count), op=f"set sriov_numvfs {count}"
-        )
-
-    def set_driver_override(self, pci: str, driver: str | None) -> None:
-        # An empty line clears the override ("\n" is what the kernel expects).
-        self.write(f"{PCI_DEVICES}/{pci}/driver_override", driver or "\n", op="set driver_override")
-
-    def unbind(self, pci: str) -> None:
-        driver = self.link_name(f"{PCI_DEVICES}/{pci}/driver")
-        if driver is not None:
-            self.write(f"sys/bus/pci/drivers/{driver}/unbind", pci, op=f"unbind from {driver}")
-
-    def drivers_probe(self, pci: str) -> None:
-        self.write("sys/bus/pci/drivers_probe", pci, op="probe drivers")
-
     # --- network devices ---------------------------------------------------------------
 
     def netdevs(self) -> list[str]:
@@ -263,10 +246,6 @@ class Sysfs:
             "port_guid": self.read(f"{base}/port"),
             "policy": self.read(f"{base}/policy"),
         }
-
-    def set_ib_vf(self, dev: str, vf: int, attr: str, value: str) -> None:
-        file = {"node_guid": "node", "port_guid": "port", "policy": "policy"}[attr]
-        self.write(f"{self.ib_vf_dir(dev, vf)}/{file}", value, op=f"set vf {vf} {attr}")
 
     # --- modules and kernel switches -------------------------------------------------------
 

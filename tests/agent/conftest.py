@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from rdmad.agent import Agent, AgentOptions
-from rdmad.clock import FakeClock
 from rdmad.config import ConfigError, ConfigInvalid, LoadedConfig
 from rdmad.model import (
     Action,
@@ -24,6 +23,7 @@ from rdmad.model import (
     RdmaLinkObserved,
 )
 from rdmad.state import StateStore
+from tests.support.fakeclock import FakeClock
 
 
 @dataclass(frozen=True)

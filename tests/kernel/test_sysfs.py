@@ -56,10 +56,12 @@ def test_reads_of_missing_or_odd_files_are_none(sysfs: Sysfs, tmp_path: Path) ->
 
 
 def test_write_replaces_the_value_and_never_creates(sysfs: Sysfs, tmp_path: Path) -> None:
-    sysfs.set_ib_vf("mlx5_0", 0, "policy", "Up")
+    sysfs.write(f"{sysfs.ib_vf_dir('mlx5_0', 0)}/policy", "Up")
     assert sysfs.read(f"{DEV}/{MLX5_PF}/sriov/0/policy") == "Up"  # not "Upllow"
     with pytest.raises(KernelError) as info:
-        sysfs.set_numvfs("0000:99:00.0", 2)
+        sysfs.write(
+            f"{sysfs.device_dir('0000:99:00.0')}/sriov_numvfs", "2", op="set sriov_numvfs 2"
+        )
     assert info.value.errno == errno.ENOENT
     assert not (tmp_path / PCI_DEVICES / "0000:99:00.0").exists()
     assert str(info.value) == (
@@ -72,13 +74,3 @@ def test_write_to_a_directory_reports_eisdir_once(sysfs: Sysfs) -> None:
     with pytest.raises(KernelError) as info:
         sysfs.write(DEV, "1", op="poke")
     assert str(info.value) == f"poke on {DEV}: Is a directory (EISDIR)"
-
-
-def test_unbind_and_probe_write_the_pci_address(sysfs: Sysfs, tmp_path: Path) -> None:
-    sysfs.unbind(MLX5_VFS[0])
-    assert (tmp_path / "sys/bus/pci/drivers/mlx5_core/unbind").read_text() == MLX5_VFS[0]
-    sysfs.unbind(MLX5_VFS[3])  # unbound: nothing to do
-    sysfs.set_driver_override(MLX5_VFS[3], "vfio-pci")
-    sysfs.drivers_probe(MLX5_VFS[3])
-    assert sysfs.pci_function(MLX5_VFS[3]).driver_override == "vfio-pci"  # type: ignore[union-attr]
-    assert (tmp_path / "sys/bus/pci/drivers_probe").read_text() == MLX5_VFS[3]

@@ -1,0 +1,269 @@
+"""Applying one plan: actions in order, each held back, dropped as stale or failed
+for its own reason, with the bookkeeping that decides what the next pass retries.
+
+* Backoff holds back a retry of what failed, not a new situation; what is held
+  holds the rest of its object for the pass (numvfs 4 -> 0 held: no 0 -> 2).
+* An event that renamed or removed a name an action uses makes it stale: its
+  object waits for the next pass, which observes again. Other objects go on.
+* VF attributes the driver refuses as unsupported are remembered (see Memory),
+  not retried, and not counted as a failure of their object.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from rdmad.agent.memory import Memory
+from rdmad.agent.options import Shared
+from rdmad.agent.protocols import Host, ResultLike, WriteLike
+from rdmad.agent.reporting import Reporter
+from rdmad.agent.timers import Timers
+from rdmad.model import (
+    Action,
+    AddRxe,
+    DeleteRxe,
+    Observed,
+    SetNumVfs,
+    SetVfSettings,
+    UnsupportedKey,
+    action_touches,
+    format_value,
+)
+from rdmad.status import HistoryEntry
+from rdmad.triggers import Trigger
+
+log = structlog.get_logger("rdmad.agent")
+
+# Errnos with which drivers refuse a VF attribute they do not implement (LAB.md: igb
+# link-state and query_rss EOPNOTSUPP, 802.1ad EPROTONOSUPPORT, rates EINVAL).
+_UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EPROTONOSUPPORT, errno.EINVAL})
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    count: int  # actions handed to the host
+    changed: bool  # the kernel changed: a follow-up pass verifies it
+    aborted: bool  # something was held as stale: the next pass re-observes
+
+
+class Applier:
+    def __init__(
+        self, shared: Shared, host: Host, memory: Memory, reporter: Reporter, timers: Timers
+    ) -> None:
+        self.shared = shared
+        self.host = host
+        self.memory = memory
+        self.reporter = reporter
+        self.timers = timers
+        self.last_applied: set[tuple[str, str]] = set()  # (obj, describe) fully applied
+        self.failed_what: dict[str, set[str]] = {}  # obj -> actions that failed, in backoff
+        self.in_flight: tuple[Action, float] | None = None  # action, monotonic start
+        self.stopping = False
+
+    async def apply_all(self, actions: list[Action], cause: str, observed: Observed) -> Applied:
+        """Apply in plan order."""
+        shared = self.shared
+        held_objs: set[str] = set()  # objects that failed or are held back in this pass
+        applied_now: set[tuple[str, str]] = set()
+        count = 0
+        changed = False
+        aborted = False
+        for action in actions:
+            if not action.changes_kernel:
+                continue
+            if self.stopping:
+                aborted = True
+                break
+            obj = action.obj
+            pending = shared.queue.pending
+            if pending is not None and pending.makes_stale(action_touches(action)):
+                # A netdev this action names was renamed or removed after we observed: it
+                # may point at the wrong device. Hold its object; the next pass re-observes
+                # (resolving by ifindex). Events about other devices do not stop the rest.
+                log.info("reconcile.plan-stale", obj=obj, why=", ".join(pending.details[:3]))
+                aborted = True
+                held_objs.add(obj)
+                continue
+            held = shared.backoff.blocked(obj, shared.clock.monotonic()) is not None
+            if obj in held_objs or (held and action.describe() in self.failed_what.get(obj, ())):
+                held_objs.add(obj)
+                continue
+            key = (obj, action.describe())
+            if key in self.last_applied and not shared.options.dry_run:
+                self.fail(
+                    action,
+                    f"{action.describe()}: applied without error, but the kernel "
+                    "still shows the old state",
+                    cause,
+                )
+                held_objs.add(obj)
+                continue
+            result = await self._apply_one(action)
+            if result.stale:
+                self._stale(action, result, cause)
+                held_objs.add(obj)
+                aborted = True
+                continue
+            count += 1
+            self.reporter.record_result(action, result, cause)
+            refused = self._learn_unsupported(action, result, observed)
+            if not result.ok and refused < _error_count(result):
+                held_objs.add(obj)
+                self.fail(action, _result_error(action, result), cause, log_it=False)
+                continue
+            if shared.options.dry_run:
+                continue
+            changed = True
+            applied_now.add(key)
+            self._after_success(action)
+        self.last_applied = applied_now
+        return Applied(count, changed, aborted)
+
+    async def _apply_one(self, action: Action) -> ResultLike:
+        self.in_flight = (action, self.shared.clock.monotonic())
+        try:
+            return await self.host.apply(action)
+        except Exception as exc:  # a bug in the host: the object degrades, the loop lives
+            log.exception("apply.crashed", obj=action.obj, action=action.describe())
+            return _Crashed(exc)
+        finally:
+            self.in_flight = None
+
+    def _stale(self, action: Action, result: ResultLike, cause: str) -> None:
+        """Re-checked right before a destructive write, the kernel had changed (a user
+        appeared, a value moved). Nothing was written; plan again from a new look."""
+        log.info(
+            "reconcile.action-stale", obj=action.obj, action=action.describe(), why=result.note
+        )
+        self.reporter.history(
+            HistoryEntry(
+                self.shared.clock.wall(),
+                "stale",
+                obj=action.obj,
+                what=action.describe(),
+                reason=result.note,
+                cause=cause,
+            )
+        )
+        self.shared.queue.put(Trigger("followup", f"re-plan {action.obj}: {result.note}"))
+
+    def _learn_unsupported(self, action: Action, result: ResultLike, observed: Observed) -> int:
+        """Remember VF attributes the driver refused as unsupported; returns how many.
+
+        They are reported as "unsupported by DRIVER" and not planned again until the
+        config or the PF's driver changes, so they neither retry forever nor hold
+        READY=1 back. Writes are in the order of ``action.changes`` (one describer).
+        """
+        if not isinstance(action, SetVfSettings) or len(result.writes) != len(action.changes):
+            return 0
+        driver = next((pf.driver or "" for pf in observed.pfs if pf.pci == action.pci), "")
+        learned = 0
+        for change, write in zip(action.changes, result.writes, strict=True):
+            if getattr(write.error, "errno", None) not in _UNSUPPORTED_ERRNOS:
+                continue
+            learned += 1
+            value = format_value(change.new)
+            error = str(write.error)
+            key = UnsupportedKey(action.pci, driver, change.vf, change.attr, value, error)
+            if key not in self.memory.unsupported:
+                self.memory.unsupported.add(key)
+                log.warning(
+                    "vf.attribute-unsupported",
+                    obj=action.obj,
+                    vf=change.vf,
+                    attr=change.attr,
+                    value=value,
+                    driver=driver,
+                    error=error,
+                )
+        return learned
+
+    def _after_success(self, action: Action) -> None:
+        state = self.memory.state
+        clock = self.shared.clock
+        if isinstance(action, AddRxe):
+            state.managed_rxe.add(action.name)
+        elif isinstance(action, DeleteRxe):
+            state.managed_rxe.discard(action.name)
+        elif isinstance(action, SetNumVfs) and action.new > 0:
+            # VFs appear (and get renamed by udev) after the write returns: their
+            # uevents trigger the next passes; this deadline says when to stop waiting.
+            self.timers.expect(
+                action.obj,
+                f"{action.new} VFs of {action.pci} to appear after sriov_numvfs -> {action.new}",
+                self.shared.options.vf_wait,
+            )
+        state.applied[action.obj] = {
+            "what": action.describe(),
+            "at": clock.wall(),
+            "reason": action.reason,
+        }
+        state.last_errors.pop(action.obj, None)
+
+    def fail(self, action: Action, error: str, cause: str, log_it: bool = True) -> None:
+        self.failed_what.setdefault(action.obj, set()).add(action.describe())
+        clock = self.shared.clock
+        now = clock.monotonic()
+        f = self.shared.backoff.fail(action.obj, error, now, clock.wall())
+        self.memory.state.last_errors[action.obj] = {
+            "error": error,
+            "at": f.wall,
+            "failures": f.failures,
+        }
+        log.warning(
+            "object.degraded",
+            obj=action.obj,
+            error=error,
+            failures=f.failures,
+            retry_in=round(f.retry_at - now, 3),
+        )
+        if log_it:
+            self.reporter.history(
+                HistoryEntry(
+                    f.wall,
+                    "failed",
+                    obj=action.obj,
+                    what=action.describe(),
+                    reason=action.reason,
+                    cause=cause,
+                    error=error,
+                )
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _Crashed:
+    """The result of an apply() that raised instead of returning a result."""
+
+    exc: BaseException
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    @property
+    def writes(self) -> Sequence[WriteLike]:
+        return ()
+
+    @property
+    def note(self) -> str:
+        return f"internal error: {type(self.exc).__name__}: {self.exc}"
+
+    @property
+    def stale(self) -> bool:
+        return False
+
+
+def _error_count(result: ResultLike) -> int:
+    return sum(1 for w in result.writes if w.error is not None) or (0 if result.ok else 1)
+
+
+def _result_error(action: Action, result: ResultLike) -> str:
+    errors = [str(w.error) for w in result.writes if w.error is not None]
+    if errors:
+        return "; ".join(errors)
+    return result.note or f"{action.describe()} failed"

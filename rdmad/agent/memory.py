@@ -1,0 +1,147 @@
+"""What the agent knows beyond one pass: the config in force and the state file.
+
+A bad config keeps the last good one (or, at start, manages nothing); the state
+file tells a restart from a reboot and keeps history, but is never needed to be
+safe: losing it only means rdmad owns no rxe link and removes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from rdmad.agent.options import Shared
+from rdmad.agent.protocols import ConfigLoader
+from rdmad.config import ConfigInvalid
+from rdmad.model import Desired, Observed, PlanState, UnsupportedKey
+from rdmad.reconcile import declared_objects
+from rdmad.state import State, StateStore, start_kind
+from rdmad.status import HistoryEntry
+
+log = structlog.get_logger("rdmad.agent")
+
+Record = Callable[..., None]  # Reporter.history
+
+
+class Memory:
+    def __init__(
+        self,
+        shared: Shared,
+        *,
+        load_config: ConfigLoader,
+        state_store: StateStore | None,
+        boot_id: str,
+        record: Record,
+    ) -> None:
+        self.shared = shared
+        self.load_config = load_config
+        self.state_store = state_store
+        self.record = record
+        self.desired = Desired()
+        self.config_files: tuple[str, ...] = ()
+        self.config_errors: tuple[str, ...] = ()
+        self.config_ok = False  # a valid config was loaded at least once
+        self.state = State(boot_id=boot_id)
+        self.boot_id = boot_id
+        self.start_kind = ""
+        self.notes: list[str] = []  # state-file problems, for status
+        # VF attributes the PF driver refused as unsupported; forgotten on a config reload.
+        self.unsupported: set[UnsupportedKey] = set()
+
+    def plan_state(self) -> PlanState:
+        if not self.config_ok:
+            return PlanState()  # nothing declared: own nothing, remove nothing
+        return PlanState(frozenset(self.state.managed_rxe), frozenset(self.unsupported))
+
+    def objects(self) -> set[str]:
+        return set(declared_objects(self.desired))
+
+    # --- config ----------------------------------------------------------------------------
+
+    def reload_config(self, initial: bool) -> bool:
+        """Load the config; on errors keep the last good one. True when a config was loaded."""
+        clock = self.shared.clock
+        try:
+            loaded = self.load_config()
+        except ConfigInvalid as exc:
+            self.config_errors = tuple(str(e) for e in exc.errors)
+            for err in exc.errors:
+                log.error("config.invalid", error=str(err))
+            kept = "last good config kept" if self.config_ok else "nothing is managed"
+            self.record(
+                HistoryEntry(
+                    clock.wall(),
+                    "config-invalid",
+                    what=f"{len(exc.errors)} error(s); {kept}",
+                    error="; ".join(self.config_errors)[:1000],
+                    cause="start" if initial else "reload",
+                )
+            )
+            return False
+        self.desired = loaded.desired
+        self.config_files = loaded.files
+        self.config_errors = ()
+        self.config_ok = True
+        self.shared.options = self.shared.options.with_config(loaded.desired)
+        self.unsupported.clear()  # a new config may fix what the driver refused
+        log.info(
+            "config.loaded",
+            files=list(loaded.files),
+            objects=len(self.objects()),
+            reload=not initial,
+        )
+        if not initial:
+            self.record(
+                HistoryEntry(
+                    clock.wall(),
+                    "config-reloaded",
+                    what=", ".join(loaded.files) or "no config files",
+                    cause="reload",
+                )
+            )
+        return True
+
+    # --- state -----------------------------------------------------------------------------
+
+    def load_state(self) -> list[HistoryEntry]:
+        """Read the state file; returns the history it held (for the status store)."""
+        if self.state_store is None:
+            self.start_kind = "unknown (no state dir)"
+            return []
+        previous, problem = self.state_store.load()
+        self.start_kind = start_kind(previous, self.boot_id, problem)
+        if problem:
+            log.warning("state.rebuilt", problem=problem)
+            self.notes.append(problem)
+            self.record(HistoryEntry(self.shared.clock.wall(), "state-rebuilt", error=problem))
+        if previous is None:
+            return []
+        if self.start_kind == "restart":
+            # Same boot: links rdmad created are still its own.
+            self.state.managed_rxe = set(previous.managed_rxe)
+        else:
+            # After a reboot nothing rdmad created survives; names may be reused
+            # by someone else's links, which rdmad must not delete.
+            self.state.managed_rxe = set()
+        self.state.applied = previous.applied
+        self.state.last_errors = previous.last_errors
+        self.state.history = list(previous.history)
+        return list(previous.history)
+
+    def save_state(self) -> None:
+        if self.state_store is None or self.shared.options.dry_run:
+            return
+        problem = self.state_store.save(self.state)
+        if problem is not None and problem not in self.notes:
+            log.warning("state.not-saved", problem=problem)
+            self.notes.append(problem)
+
+    def forget_vanished_rxe(self, observed: Observed) -> None:
+        """A managed rxe link that is gone is no longer ours: a link someone makes later
+        under the same name must never be deleted as rdmad's."""
+        present = {link.name for link in observed.rdma_links if link.is_rxe}
+        gone = self.state.managed_rxe - present
+        if gone:
+            log.info("rxe.forgotten", links=sorted(gone))
+            self.state.managed_rxe -= gone

@@ -1,0 +1,62 @@
+"""What the agent needs from the outside, declared once: the host it drives
+(KernelHost or RecordingHost), sd_notify, the config loader and the planner.
+
+The agent imports nothing from ``rdmad.kernel``; tests pass fakes that fit these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from rdmad.config import LoadedConfig
+from rdmad.model import Action, Desired, Observed, PlanState
+
+
+class WriteLike(Protocol):
+    """One kernel write as the host reports it (rdmad.kernel.results.WriteRecord)."""
+
+    @property
+    def target(self) -> str: ...
+    @property
+    def old(self) -> object: ...
+    @property
+    def new(self) -> object: ...
+    @property
+    def error(self) -> BaseException | None: ...
+    @property
+    def dry_run(self) -> bool: ...
+
+
+class ResultLike(Protocol):
+    """What became of one action (rdmad.kernel.results.ApplyResult)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def writes(self) -> Sequence[WriteLike]: ...
+    @property
+    def note(self) -> str: ...
+    @property
+    def stale(self) -> bool: ...  # dropped unapplied: the kernel changed since the plan
+
+
+class Host(Protocol):
+    async def observe(self) -> Observed: ...
+
+    async def apply(self, action: Action) -> ResultLike: ...
+
+
+class Notifier(Protocol):
+    """sd_notify; a no-op outside systemd."""
+
+    def notify(self, state: str) -> None: ...
+
+
+class NullNotifier:
+    def notify(self, state: str) -> None:
+        pass
+
+
+ConfigLoader = Callable[[], LoadedConfig]  # raises ConfigInvalid with every error
+Planner = Callable[[Desired, Observed, PlanState], list[Action]]

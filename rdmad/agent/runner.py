@@ -1,0 +1,204 @@
+"""One reconcile pass: observe -> plan -> apply -> bookkeeping -> status.
+
+A failure anywhere in it (observe raises, plan() has a bug) is reported, retried
+with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from rdmad.agent.applying import Applier
+from rdmad.agent.memory import Memory
+from rdmad.agent.options import PassInfo, Shared
+from rdmad.agent.protocols import Host, Planner
+from rdmad.agent.reporting import Reporter
+from rdmad.agent.timers import Timers
+from rdmad.model import Action, BindVfDriver, LoadModule, SetNumVfs, Waiting
+from rdmad.reconcile import declared_objects
+from rdmad.status import HistoryEntry
+from rdmad.triggers import Batch, Trigger
+
+log = structlog.get_logger("rdmad.agent")
+
+
+class PassRunner:
+    def __init__(
+        self,
+        shared: Shared,
+        *,
+        host: Host,
+        planner: Planner,
+        memory: Memory,
+        reporter: Reporter,
+        timers: Timers,
+    ) -> None:
+        self.shared = shared
+        self.host = host
+        self.planner = planner
+        self.memory = memory
+        self.reporter = reporter
+        self.timers = timers
+        self.applier = Applier(shared, host, memory, reporter, timers)
+        self.observing_since: float | None = None
+        self._followups = 0
+
+    async def run(self, batch: Batch) -> float:
+        """One pass; returns when it ended (monotonic)."""
+        if batch.reload:
+            usec = int(self.shared.clock.monotonic() * 1e6)
+            self.reporter.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        try:
+            return await self._run(batch)
+        finally:
+            if batch.reload and self.reporter.ready:
+                self.reporter.notify_ready()
+
+    async def _run(self, batch: Batch) -> float:
+        shared, memory, reporter, timers = self.shared, self.memory, self.reporter, self.timers
+        clock = shared.clock
+        started = clock.monotonic()
+        cause = self._cause(batch)
+        first = not shared.passes
+        if batch.reload:
+            self.reload_config(initial=False)
+        timers.arm_drift()  # every pass is a full observation: drift counts from here
+
+        self.observing_since = started
+        try:
+            observed = await self.host.observe()
+        except Exception as exc:
+            return self._failed("observe", batch, cause, started, exc)
+        finally:
+            self.observing_since = None
+        self._succeeded("observe")
+        memory.forget_vanished_rxe(observed)
+
+        try:
+            actions = self.planner(memory.desired, observed, memory.plan_state())
+        except Exception as exc:  # a bug in plan(): report it, keep the loop alive
+            log.exception("plan.crashed")
+            return self._failed("plan", batch, cause, started, exc)
+        self._succeeded("plan")
+        objects = self.objects(actions)
+        reporter.log_notes(objects, actions)
+
+        done = await self.applier.apply_all(actions, cause, observed)
+        now = clock.monotonic()
+        self._update_objects(objects, actions)
+        seconds = now - started
+        shared.passes.append(
+            PassInfo(started, batch.first_at, batch.count, cause, seconds, done.count, done.changed)
+        )
+        log.debug(
+            "reconcile.pass",
+            cause=cause,
+            triggers=batch.count,
+            actions=len(actions),
+            applied=done.count,
+            seconds=round(seconds, 4),
+            latency=round(started - batch.first_at, 4),
+        )
+        self._follow_up(done.changed, actions)
+        timers.arm_retry()
+        timers.arm_expectations()
+
+        resting = not done.changed and not done.aborted and not timers.expecting(now)
+        reporter.publish(objects, observed, actions, timers.expectations)
+        if done.changed or done.count or first or batch.reload:
+            memory.save_state()
+        if not reporter.ready and resting:
+            self.set_ready("first reconcile done")
+        reporter.notify_status()
+        return clock.monotonic()
+
+    def reload_config(self, initial: bool) -> None:
+        if self.memory.reload_config(initial):
+            self.shared.backoff.forget_except(self.memory.objects() | {"observe", "plan"})
+            self.applier.last_applied.clear()
+
+    def set_ready(self, why: str) -> None:
+        self.timers.cancel("startup")
+        self.reporter.set_ready(why)
+
+    def objects(self, actions: list[Action]) -> list[str]:
+        objs = declared_objects(self.memory.desired)
+        for a in actions:
+            if a.obj not in objs:
+                objs.append(a.obj)  # e.g. an undeclared rxe link rdmad created
+        return objs
+
+    def _follow_up(self, changed: bool, actions: list[Action]) -> None:
+        """After a pass that changed the kernel, one more verifies it (bounded)."""
+        if not changed:
+            self._followups = 0
+            return
+        self._followups += 1
+        if self._followups <= self.shared.options.max_followups:
+            self.shared.queue.put(Trigger("followup", "verify what was applied"))
+        else:
+            log.warning(
+                "reconcile.not-converging",
+                passes=self._followups,
+                still=[a.describe() for a in actions if a.changes_kernel][:5],
+            )
+
+    def _succeeded(self, what: str) -> None:
+        self.shared.backoff.succeed(what)
+        self.reporter.notes.pop(what, None)
+
+    def _failed(self, what: str, batch: Batch, cause: str, started: float, exc: Exception) -> float:
+        """Observing failed, or plan() raised: say so in status, retry with backoff."""
+        clock = self.shared.clock
+        now = clock.monotonic()
+        words = "observing the kernel failed" if what == "observe" else "internal error in plan()"
+        f = self.shared.backoff.fail(what, f"{words}: {exc}", now, clock.wall())
+        log.error(f"{what}.failed", error=str(exc), failures=f.failures)
+        self.reporter.notes[what] = f.error
+        self.shared.passes.append(
+            PassInfo(started, batch.first_at, batch.count, cause, now - started, 0, False)
+        )
+        self.timers.arm_retry()
+        self.reporter.publish([], None, [], self.timers.expectations)
+        self.reporter.notify_status()
+        return now
+
+    def _update_objects(self, objects: list[str], actions: list[Action]) -> None:
+        """Converged/blocked/waiting objects forget failures; expectations resolve or expire."""
+        expectations = self.timers.expectations
+        failed_what = self.applier.failed_what
+        for obj in dict.fromkeys([*objects, *expectations]):
+            mine = [a for a in actions if a.obj == obj]
+            if not any(a.changes_kernel for a in mine):
+                failed_what.pop(obj, None)
+                if self.shared.backoff.succeed(obj):
+                    log.info("object.recovered", obj=obj)
+                    clock = self.shared.clock
+                    self.reporter.history(HistoryEntry(clock.wall(), "recovered", obj=obj))
+                    self.memory.state.last_errors.pop(obj, None)
+            settled = not any(isinstance(a, Waiting) or a.changes_kernel for a in mine)
+            if obj in expectations and settled:
+                del expectations[obj]  # what we waited for has appeared (or is moot)
+
+    def _cause(self, batch: Batch) -> str:
+        if not self.shared.passes:
+            return self.memory.start_kind or "start"
+        if batch.driver:
+            return "driver-reload"
+        return batch.describe()
+
+    def healthy(self) -> tuple[bool, str]:
+        """Alive unless one action (or an observation) has run past its budget."""
+        o = self.shared.options
+        now = self.shared.clock.monotonic()
+        in_flight = self.applier.in_flight
+        if in_flight is not None:
+            action, since = in_flight
+            slow = isinstance(action, SetNumVfs | LoadModule | BindVfDriver)
+            budget = o.long_action_budget if slow else o.action_budget
+            if now - since > budget:
+                return False, f"{action.describe()} running for {now - since:.0f} s"
+        observing = self.observing_since
+        if observing is not None and now - observing > o.action_budget:
+            return False, f"observe running for {now - observing:.0f} s"
+        return True, ""

@@ -1,0 +1,111 @@
+"""The agent's clocks: drift checks, backoff retries, expectations of the kernel,
+the start-up deadline and the systemd watchdog. Each only puts a trigger on the
+queue (or pings systemd); none touches the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from rdmad.agent.options import Shared
+from rdmad.clock import Cancellable
+from rdmad.triggers import Trigger
+
+log = structlog.get_logger("rdmad.agent")
+
+Health = Callable[[], tuple[bool, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """The kernel was asked to do something asynchronous (VFs to appear) by ``deadline``."""
+
+    what: str
+    deadline: float
+
+
+class Timers:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.expectations: dict[str, Expectation] = {}  # obj -> what the kernel owes us
+        self._timers: dict[str, Cancellable] = {}
+
+    def arm(self, name: str, when: float, callback: Callable[[], None]) -> None:
+        self.cancel(name)
+        self._timers[name] = self.shared.clock.call_at(when, callback)
+
+    def cancel(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def cancel_all(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def _trigger(self, source: str, detail: str) -> Callable[[], None]:
+        return lambda: self.shared.queue.put(Trigger(source, detail))
+
+    # --- what starts passes ------------------------------------------------------------------
+
+    def arm_drift(self) -> None:
+        """The next drift check, counted from now (every pass is a full observation)."""
+        o = self.shared.options
+        spread = o.drift_interval * o.drift_jitter * (2 * self.shared.rng() - 1)
+        when = self.shared.clock.monotonic() + o.drift_interval + spread
+        self.arm("drift", when, self._trigger("drift", "periodic check"))
+
+    def arm_retry(self) -> None:
+        when = self.shared.backoff.next_retry()
+        if when is None:
+            self.cancel("retry")
+        else:
+            self.arm("retry", when, self._trigger("retry", "backoff expired"))
+
+    def expect(self, obj: str, what: str, within: float) -> None:
+        self.expectations[obj] = Expectation(what, self.shared.clock.monotonic() + within)
+
+    def expecting(self, now: float) -> bool:
+        return any(e.deadline > now for e in self.expectations.values())
+
+    def arm_expectations(self) -> None:
+        now = self.shared.clock.monotonic()
+        live = [e.deadline for e in self.expectations.values() if e.deadline > now]
+        if live:
+            self.arm("expect", min(live), self._trigger("deadline", "waited for the kernel"))
+
+    # --- start-up and watchdog ---------------------------------------------------------------
+
+    def arm_startup(self, on_deadline: Callable[[], None]) -> None:
+        when = self.shared.clock.monotonic() + self.shared.options.startup_timeout
+
+        def fire() -> None:
+            self._timers.pop("startup", None)
+            on_deadline()
+
+        self.arm("startup", when, fire)
+
+    def arm_watchdog(
+        self, health: Health, ping: Callable[[], None], stopping: Callable[[], bool]
+    ) -> None:
+        """WATCHDOG=1 every ``watchdog_interval`` while ``health()`` says the loop is alive."""
+        interval = self.shared.options.watchdog_interval
+        if not interval:
+            return
+
+        def tick() -> None:
+            if stopping():
+                return
+            ok, why = health()
+            if ok:
+                ping()
+            else:
+                # No ping: systemd restarts a loop that is stuck. Say why first.
+                log.error("watchdog.withheld", why=why)
+            self.arm("watchdog", self.shared.clock.monotonic() + interval, tick)
+
+        self.arm("watchdog", self.shared.clock.monotonic() + interval, tick)
