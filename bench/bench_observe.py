@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rdmad.kernel.host import KernelHost, observe_host
+from rdmad.kernel.host import KernelHost
+from rdmad.kernel.oneshot import observe_host
 
 TARGET_MS = 50.0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmad import __version__, config
-from rdmad.kernel.host import observe_host
+from rdmad.kernel.oneshot import observe_host
 from rdmad.model import Action, ObjectState, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
 

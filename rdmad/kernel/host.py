@@ -6,11 +6,6 @@ method, ``KernelHost._execute``: it re-checks a destructive write against the
 kernel (current value and usage), performs it off the event loop with a deadline,
 logs "old -> new" with the action's reason and appends a ``WriteRecord`` to
 ``records`` (the agent's history reads it). Nothing else in rdmad changes the kernel.
-
-``observe_host(root)`` is the synchronous entry used by ``rdmad plan``: a root
-other than "/" is a sysfs tree (fake or copied), where netlink would describe the
-wrong machine, so VF settings are reported as unknown there; "/" is this host,
-read through rtnetlink and (when the kernel has it) RDMA netlink as well.
 """
 
 from __future__ import annotations
@@ -468,26 +463,4 @@ def _with_note(snapshot: Observed, *notes: str) -> Observed:
     return replace(snapshot, notes=(*snapshot.notes, *notes))
 
 
-# --- the CLI's synchronous entry ------------------------------------------------------------
-
-
-def observe_host(root: Path) -> Observed:
-    """Observe ``root``: a sysfs tree (no netlink), or "/" (this host, with netlink).
-
-    For "/", RDMA devices come from RDMA netlink when the kernel has it, from
-    sysfs otherwise; ``rdma_netlink`` is False only when rxe is impossible here.
-    """
-    if Path(root) != Path("/"):
-        return observe(
-            Sysfs(root),
-            no_netlink_reason=f"VF settings are read over netlink, which cannot see into {root}",
-        )
-
-    async def run() -> Observed:
-        async with KernelHost("/") as host:
-            return await host.observe()
-
-    return asyncio.run(run())
-
-
-__all__ = ["KernelHost", "observe_host"]
+__all__ = ["KernelHost"]
