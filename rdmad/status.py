@@ -104,7 +104,7 @@ class StatusSnapshot:
             worst = next(
                 (
                     o
-                    for state in (ObjectState.DEGRADED, ObjectState.BLOCKED, ObjectState.PENDING)
+                    for state in _WORST_FIRST
                     for o in self.objects
                     if o.state is state
                 ),
@@ -118,6 +118,16 @@ class StatusSnapshot:
         if self.dry_run:
             head = "dry run: " + head
         return head[:400]
+
+
+# Which object's reason the one-line summary names: the most urgent first.
+_WORST_FIRST = (
+    ObjectState.DEGRADED,
+    ObjectState.BLOCKED,
+    ObjectState.PENDING,
+    ObjectState.DRIFT_IN_USE,
+    ObjectState.UNSUPPORTED,
+)
 
 
 class StatusView(Protocol):
