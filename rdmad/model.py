@@ -586,29 +586,32 @@ class Waiting(Action):
 
 
 @dataclass(frozen=True, slots=True)
-class Unsupported(Action):
-    """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
+class _VfNote(Action):
+    """A note about one VF attribute that leaves the rest of the object converged."""
 
     vf: int = 0
     attr: str = ""
-    kind: ClassVar[str] = "unsupported"
     changes_kernel: ClassVar[bool] = False
+    label: ClassVar[str] = ""
 
     def describe(self) -> str:
-        return f"unsupported: {self.reason}"
+        return f"{self.label}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
-class InUseDrift(Action):
+class Unsupported(_VfNote):
+    """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
+
+    kind: ClassVar[str] = "unsupported"
+    label: ClassVar[str] = "unsupported"
+
+
+@dataclass(frozen=True, slots=True)
+class InUseDrift(_VfNote):
     """A VF in use differs from its declaration; left alone unless in_use_drift = "apply"."""
 
-    vf: int = 0
-    attr: str = ""
     kind: ClassVar[str] = "drift-in-use"
-    changes_kernel: ClassVar[bool] = False
-
-    def describe(self) -> str:
-        return f"drift on in-use VF: {self.reason}"
+    label: ClassVar[str] = "drift on in-use VF"
 
 
 def action_touches(action: Action) -> frozenset[str]:
