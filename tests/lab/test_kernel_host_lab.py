@@ -122,7 +122,7 @@ def test_bind_vfio_and_usage_names_the_holder(guest: Any) -> None:
                 obs = await until(host, lambda o: len(pf_of(o, pci).vfs) == 1, "1 VF")
                 vf = pf_of(obs, pci).vf(0)
                 r = await host.apply(BindVfDriver("o", "lab", vf_pci=vf.pci, old=vf.driver,
-                                                  new="vfio-pci"))
+                                                  new="vfio-pci", load_module=True))
                 return {"vf": vf.pci, "bind": result_json(r)}
         """,
     )

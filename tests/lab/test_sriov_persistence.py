@@ -249,7 +249,8 @@ def test_bad_input_is_reported_and_disturbs_nothing_else(rdmad_guest: Guest) -> 
     )
 
     # An attribute the driver rejects (igb in QEMU: rates -> EINVAL): that attribute is
-    # reported, every other one is applied, and the other objects are left as they are.
+    # reported as unsupported (not retried, not degraded), every other one is applied,
+    # and the other objects are left as they are.
     igb = {
         0: {"mac": "02:00:00:00:0d:10", "max_tx_rate": 100},
         1: {"mac": "02:00:00:00:0d:11", "trust": True},
@@ -258,7 +259,8 @@ def test_bad_input_is_reported_and_disturbs_nothing_else(rdmad_guest: Guest) -> 
     wait_vfs(g, pf_netdev, {0: {"mac": igb[0]["mac"]}, 1: igb[1]})
     g.wait_for("systemctl show -p StatusText --value rdmad | grep -q max_tx_rate", timeout=60)
     text = status(g)
-    assert "degraded" in text and "set vf 0 max_tx_rate" in text and "EINVAL" in text, text
+    assert "unsupported-by-driver" in text and "degraded" not in text, text
+    assert "VF 0 max_tx_rate = 100: not supported by igb" in text and "EINVAL" in text, text
     assert vf_matches(vf_entries(g, pf_netdev)[0], {"max_tx_rate": 0})
     assert vf_matches(vf_entries(g, dev)[0], good[0])
     assert g.check("systemctl is-active rdmad").strip() == "active"
