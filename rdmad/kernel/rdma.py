@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass
 from typing import Literal
 
 from rdmad.kernel.errors import KernelError
@@ -38,6 +39,7 @@ from rdmad.kernel.rdma_codec import (
     CMD_GET_CHARDEV,
     CMD_NEWLINK,
     CMD_PORT_GET,
+    CMD_RES_GET,
     DRIVER_NAMES,
     NETLINK_RDMA,
     RES_TABLES,
@@ -45,6 +47,7 @@ from rdmad.kernel.rdma_codec import (
     ResObject,
     Value,
     decode_res,
+    decode_summary,
     encode,
     is_nldev,
     newlink_attrs,
@@ -52,7 +55,7 @@ from rdmad.kernel.rdma_codec import (
 )
 from rdmad.kernel.rdma_usage import device_usage, usage_of
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import RdmaLinkObserved
+from rdmad.model import RdmaLinkObserved, Usage
 
 _ADD_HINTS = {
     errno.EEXIST: "an RDMA device of that name exists, or the netdev already has an rxe link",
@@ -77,6 +80,7 @@ class RdmaNetlink:
         self._nl = NetlinkTransport(NETLINK_RDMA, netns)
         self._sysfs = Sysfs(root)
         self.reason: str | None = None  # why available() is False
+        self._seen: dict[str, _Seen] = {}  # last detailed resource read, by device
 
     def close(self) -> None:
         self._nl.close()
@@ -133,20 +137,47 @@ class RdmaNetlink:
         objects (see ``rdma_usage``); UNKNOWN with the reason when it cannot be read.
         """
         devices = await self.devices()
+        if not devices:
+            return []  # also: no socket while ib_core is not loaded
+        usage = await self._usage(devices)
         out = []
         for index, name in devices:
             netdev, ifindex = await self._port_netdev(index)
-            objects, failed = await self._resources(index)
-            busy = device_usage(objects, self._comm)
             out.append(
                 RdmaLinkObserved(
                     name=name,
                     driver=await self._driver(index),
                     netdev=netdev,
                     netdev_ifindex=ifindex,
-                    usage=usage_of(name, busy, failed),
+                    usage=usage[name],
                 )
             )
+        return out
+
+    async def _usage(self, devices: list[tuple[int, str]]) -> dict[str, Usage]:
+        """Usage of each device, cheaply: one RES_GET dump counts every device's objects.
+
+        The kernel lists a device's QPs/CQs/PDs (and so their owners) only one device per
+        dump; those dumps run for a device only when its counts differ from the last
+        time they were read, or a process seen holding it then is gone.
+        """
+        try:
+            msgs = await self._request(CMD_RES_GET, [], NLM_F_DUMP)
+            summaries = {s.dev_index: s.key() for s in map(decode_summary, msgs)}
+        except (NetlinkFailure, OSError):
+            summaries = {}
+        out: dict[str, Usage] = {}
+        cache: dict[str, _Seen] = {}
+        for index, name in devices:
+            seen = self._seen.get(name)
+            if seen is not None and seen.still(index, summaries.get(index), self._sysfs):
+                out[name], cache[name] = seen.usage, seen
+                continue
+            objects, failed = await self._resources(index)
+            out[name] = usage_of(name, device_usage(objects, self._comm), failed)
+            if failed is None:
+                cache[name] = _Seen.of(index, objects, out[name])
+        self._seen = cache
         return out
 
     async def resources(self, index: int) -> list[ResObject]:
@@ -215,6 +246,28 @@ class RdmaNetlink:
             await self._request(CMD_DELLINK, [(ATTR_DEV_INDEX, index)])
         except (NetlinkFailure, OSError) as exc:
             raise _error(op, "", exc, _DEL_HINTS) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A device's usage as last read in detail, and what it was read from."""
+
+    index: int
+    counts: tuple[int, ...]  # QPs, CQs, PDs, as RES_TABLES orders them
+    pids: frozenset[int]
+    usage: Usage
+
+    @classmethod
+    def of(cls, index: int, objects: list[ResObject], usage: Usage) -> _Seen:
+        counts = tuple(sum(1 for o in objects if o.kind == kind) for kind in RES_TABLES)
+        pids = frozenset(o.pid for o in objects if o.pid is not None)
+        return cls(index, counts, pids, usage)
+
+    def still(self, index: int, counts: tuple[int, ...] | None, sysfs: Sysfs) -> bool:
+        """Whether nothing that decides usage can have changed since."""
+        if index != self.index or counts != self.counts:
+            return False
+        return all(sysfs.exists(f"proc/{pid}") for pid in self.pids)
 
 
 def _error(

@@ -8,9 +8,11 @@ resource-tracking replies (RES_*_GET). The tests pin the bytes and round-trip th
 Facts this relies on (kernel 6.1+):
 
 * The message type is ``RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op) = (5 << 10) + op``.
-* The RES_QP/CQ/PD dumps need RDMA_NLDEV_ATTR_DEV_INDEX (one device per dump). Each
-  object carries its owner: RDMA_NLDEV_ATTR_RES_PID for a process, or
-  RDMA_NLDEV_ATTR_RES_KERN_NAME (the module that created it) for the kernel.
+* The RES_QP/CQ/PD dumps need RDMA_NLDEV_ATTR_DEV_INDEX (one device per dump; the
+  kernel answers EINVAL without it). Each object carries its owner:
+  RDMA_NLDEV_ATTR_RES_PID for a process, or RDMA_NLDEV_ATTR_RES_KERN_NAME (the module
+  that created it) for the kernel. RES_GET without an index dumps every device's
+  object counts (RDMA_NLDEV_ATTR_RES_SUMMARY) in one go.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ ATTR_DEV_NAME = 2
 ATTR_PORT_INDEX = 3
 ATTR_PORT_STATE = 12
 ATTR_PORT_PHYS_STATE = 13
+ATTR_RES_SUMMARY = 15
+ATTR_RES_SUMMARY_ENTRY = 16
+ATTR_RES_SUMMARY_ENTRY_NAME = 17
+ATTR_RES_SUMMARY_ENTRY_CURR = 18
 ATTR_RES_QP = 19
 ATTR_RES_QP_ENTRY = 20
 ATTR_RES_LQPN = 21
@@ -169,3 +175,29 @@ def decode_res(kind: ResKind, reply: NlMsg) -> list[ResObject]:
             )
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResSummary:
+    """One device's object counts by type ("qp", "cq", "pd", "mr", ...) from RES_GET."""
+
+    dev_index: int
+    dev_name: str
+    counts: dict[str, int]
+
+    def key(self) -> tuple[int, ...]:
+        """The counts that decide usage (QPs, CQs, PDs), comparable between passes."""
+        return tuple(self.counts.get(kind, 0) for kind in RES_TABLES)
+
+
+def decode_summary(reply: NlMsg) -> ResSummary:
+    top = NldevAttrs.of(reply)
+    counts: dict[str, int] = {}
+    for etype, entry in iter_attrs(top.raw.get(ATTR_RES_SUMMARY, b"")):
+        if etype != ATTR_RES_SUMMARY_ENTRY:
+            continue
+        fields = NldevAttrs(dict(iter_attrs(entry)))
+        name = fields.text(ATTR_RES_SUMMARY_ENTRY_NAME)
+        if name is not None:
+            counts[name] = fields.uint(ATTR_RES_SUMMARY_ENTRY_CURR) or 0
+    return ResSummary(top.uint(ATTR_DEV_INDEX) or 0, top.text(ATTR_DEV_NAME) or "", counts)

@@ -209,3 +209,81 @@ def test_with_ib_core_a_kernel_without_rdma_netlink_says_so(tmp_path: Path) -> N
 
 def test_nlmsg_dataclass_is_plain() -> None:
     assert NlMsg(1, 2, 3, b"x").data == b"x"
+
+
+def summary_reply(index: int, name: str, qp: int, cq: int, pd: int) -> NlMsg:
+    entries = b"".join(
+        nla(16, nla(17, kind.encode() + b"\0") + nla(18, struct.pack("=Q", n)))
+        for kind, n in (("pd", pd), ("cq", cq), ("qp", qp), ("mr", 0))
+    )
+    body = nla(1, u32(index)) + nla(2, name.encode() + b"\0") + nla(15, entries)
+    return NlMsg(0x1409, 2, 1, body)
+
+
+def res_reply(kind: str, index: int, owners: list[int | str]) -> NlMsg:
+    table, entry = {"qp": (19, 20), "cq": (35, 36), "pd": (46, 47)}[kind]
+    entries = b"".join(
+        nla(entry, nla(28, u32(o)) if isinstance(o, int) else nla(29, o.encode() + b"\0"))
+        for o in owners
+    )
+    return NlMsg(0x1400, 2, 1, nla(1, u32(index)) + nla(2, b"rxe0\0") + nla(table, entries))
+
+
+class FakeNldev:
+    """Answers nldev requests from a table the test changes between passes."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, list[int | str]] = {k: ["ib_core"] for k in ("qp", "cq", "pd")}
+        self.sent: list[int] = []
+
+    async def request(self, mtype: int, flags: int, payload: bytes) -> list[NlMsg]:
+        op = mtype & 0x3FF
+        self.sent.append(op)
+        if op == rcodec.CMD_GET:
+            return [NlMsg(0x1401, 2, 1, nla(1, u32(1)) + nla(2, b"rxe0\0"))]
+        if op == rcodec.CMD_RES_GET:
+            n = {k: len(v) for k, v in self.owners.items()}
+            return [summary_reply(1, "rxe0", n["qp"], n["cq"], n["pd"])]
+        kind = {rcodec.CMD_RES_QP_GET: "qp", rcodec.CMD_RES_CQ_GET: "cq"}.get(op, "pd")
+        if op in (rcodec.CMD_RES_QP_GET, rcodec.CMD_RES_CQ_GET, rcodec.CMD_RES_PD_GET):
+            return [res_reply(kind, 1, self.owners[kind])]
+        return []  # PORT_GET: no netdev
+
+    def close(self) -> None:
+        pass
+
+
+async def test_resource_dumps_run_only_when_counts_change(tmp_path: Path) -> None:
+    (tmp_path / "sys/module/ib_core").mkdir(parents=True)
+    (tmp_path / "proc/123").mkdir(parents=True)
+    (tmp_path / "proc/123/comm").write_text("ibv_rc_pingpong\n")
+    client = rdma.RdmaNetlink(root=tmp_path)
+    fake = FakeNldev()
+    client._nl = fake  # type: ignore[assignment]
+    res_dumps = {rcodec.CMD_RES_QP_GET, rcodec.CMD_RES_CQ_GET, rcodec.CMD_RES_PD_GET}
+
+    def dumps() -> int:
+        n = sum(1 for op in fake.sent if op in res_dumps)
+        fake.sent.clear()
+        return n
+
+    [link] = await client.links()
+    assert (link.usage, dumps()) == (FREE, 3)
+    [link] = await client.links()
+    assert (link.usage, dumps()) == (FREE, 0)  # same counts: nothing listed again
+
+    fake.owners["qp"].append(123)
+    fake.owners["cq"].append(123)
+    [link] = await client.links()
+    assert dumps() == 3
+    assert link.usage.state is Use.IN_USE
+    assert link.usage.holders == ("pid 123 (ibv_rc_pingpong): 1 QP, 1 CQ",)
+    [link] = await client.links()
+    assert dumps() == 0 and link.usage.state is Use.IN_USE
+
+    (tmp_path / "proc/123/comm").unlink()
+    (tmp_path / "proc/123").rmdir()  # the holder is gone, the counts happen to be equal
+    fake.owners["qp"][-1] = fake.owners["cq"][-1] = "rpcrdma"
+    [link] = await client.links()
+    assert dumps() == 3
+    assert link.usage.holders == ("kernel user rpcrdma: 1 QP, 1 CQ",)
