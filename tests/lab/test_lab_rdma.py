@@ -122,7 +122,16 @@ def test_rdma_usage_baseline_is_free_and_a_verbs_user_is_named(
 ) -> None:
     guest.check("rdma link add rxe0 type rxe netdev labv0")
     guest.wait_for("rdma res show qp | grep -q rxe0", timeout=30)  # ib_core's own QP(s)
-    baseline = guest.check("rdma -d res show qp; rdma -d res show cq; rdma -d res show pd")
+    # What an idle rxe device holds (measured: only ib_core's objects; printed for -rP).
+    baseline = {
+        kind: [
+            {k: o.get(k) for k in ("lqpn", "type", "comm", "pid")}
+            for o in guest.json(f"rdma -j -d res show {kind} dev rxe0")
+        ]
+        for kind in ("qp", "cq", "pd")
+    }
+    print("idle rxe0 baseline:", json.dumps(baseline))
+    assert all(o["comm"] == "[ib_core]" for objs in baseline.values() for o in objs), baseline
 
     idle = _rdmad_json(guest, _USAGE)
     assert idle["rxe0"] == ["free", []], (idle, baseline)
@@ -130,6 +139,9 @@ def test_rdma_usage_baseline_is_free_and_a_verbs_user_is_named(
     unit = guest.start_unit("lab-pingpong", "exec ibv_rc_pingpong -g 1 -d rxe0", max_seconds=300)
     guest.wait_for("rdma res show qp | grep -q ibv_rc_pingpong", timeout=60)
     pid = guest.unit_pid(unit)
+    print(
+        "with ibv_rc_pingpong:", guest.check("rdma res show qp; rdma res show cq; rdma res show pd")
+    )
     busy = _rdmad_json(guest, _USAGE)
     state, holders = busy["rxe0"]
     assert state == "in-use", busy
