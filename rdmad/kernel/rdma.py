@@ -4,7 +4,7 @@ Requests travel over the shared asyncio transport (``nlsock``); messages are enc
 decoded by ``rdma_codec``, users derived by ``rdma_usage``. Nothing runs in a thread.
 
 Observing never loads a kernel module. Opening a NETLINK_RDMA socket makes the kernel
-load ib_core, and a GET_CHARDEV query for "uverbs" loads ib_uverbs
+load ib_core (see ``available()``), and a GET_CHARDEV query for "uverbs" loads ib_uverbs
 (``MODULE_ALIAS_RDMA_CLIENT``). So the socket is opened only once ``/sys/module/ib_core``
 exists (an RDMA device cannot exist without it), and the driver is asked for only once
 ``/sys/module/ib_uverbs`` exists; otherwise ``driver`` is None and ``observe`` falls back
@@ -67,7 +67,7 @@ _DEL_HINTS = {
     errno.EINVAL: "only software links (rxe, siw) can be deleted",
     errno.ENODEV: "no such RDMA device",
 }
-NO_IB_CORE = "ib_core is not loaded: no RDMA device can exist (RDMA netlink left closed)"
+NO_IB_CORE = "the running kernel has no InfiniBand core (ib_core): no RDMA netlink, no rxe"
 
 
 class RdmaNetlink:
@@ -89,14 +89,20 @@ class RdmaNetlink:
         return self._sysfs.exists("sys/module/ib_core")
 
     def available(self) -> bool:
-        """True when RDMA netlink can be used without loading a module; else ``reason`` says why.
+        """Whether this kernel can have RDMA netlink (rxe links can be created); else
+        ``reason`` says why. Never loads a module.
 
-        False without opening a socket while ib_core is not loaded; otherwise the socket
-        is opened (ib_core is there already, so the kernel loads nothing).
+        * ib_core loaded: the socket is opened (the kernel loads nothing);
+          EPROTONOSUPPORT or another error gives False.
+        * ib_core not loaded: no socket is opened. True while the running kernel ships
+          ib_core (modules.dep or modules.builtin name it, or they cannot be read):
+          there are no RDMA devices yet, ``links()`` is empty, and ``add_link`` will
+          make the kernel load what it needs. False when the kernel has no ib_core.
         """
         if not self._core_loaded():
-            self.reason = NO_IB_CORE
-            return False
+            shipped = self._core_shipped()
+            self.reason = None if shipped else NO_IB_CORE
+            return shipped
         try:
             self._nl.get_socket()
         except OSError as exc:
@@ -107,6 +113,14 @@ class RdmaNetlink:
             return False
         self.reason = None
         return True
+
+    def _core_shipped(self) -> bool:
+        """Whether the running kernel has ib_core as a module or built in (None: can't tell)."""
+        base = f"lib/modules/{os.uname().release}"
+        listed = [self._sysfs.read(f"{base}/{name}") for name in ("modules.dep", "modules.builtin")]
+        if all(text is None for text in listed):
+            return True  # cannot tell: let add_link get the kernel's own answer
+        return any(text is not None and "/ib_core.ko" in text for text in listed)
 
     async def _request(
         self, op: int, attrs: list[tuple[int, Value]], flags: int = 0

@@ -6,6 +6,7 @@ The expected bytes are built by hand from the uapi header, independently of rdma
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import struct
 from pathlib import Path
@@ -176,9 +177,32 @@ def test_add_error_message_names_link_netdev_and_errno() -> None:
     )
 
 
-async def test_without_ib_core_nothing_opens_a_socket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _modules_dir(root: Path) -> Path:
+    path = root / "lib/modules" / os.uname().release
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("dep", "builtin", "expected"),
+    [
+        (None, None, True),  # cannot tell: rxe stays possible, add_link gets the answer
+        ("kernel/drivers/infiniband/core/ib_core.ko.xz: kernel/net/core/x.ko\n", "", True),
+        ("kernel/drivers/net/veth.ko:\n", "kernel/drivers/infiniband/core/ib_core.ko\n", True),
+        ("kernel/drivers/net/veth.ko:\n", "kernel/fs/ext4/ext4.ko\n", False),
+    ],
+)
+async def test_without_ib_core_loaded_nothing_opens_a_socket(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    dep: str | None,
+    builtin: str | None,
+    expected: bool,
 ) -> None:
+    if dep is not None:
+        mods = _modules_dir(tmp_path)
+        (mods / "modules.dep").write_text(dep)
+        (mods / "modules.builtin").write_text(builtin or "")
     opened: list[int] = []
     real = socket.socket
 
@@ -188,8 +212,8 @@ async def test_without_ib_core_nothing_opens_a_socket(
 
     monkeypatch.setattr(socket, "socket", spy)
     client = rdma.RdmaNetlink(root=tmp_path)  # no sys/module/ib_core in this tree
-    assert client.available() is False
-    assert client.reason == rdma.NO_IB_CORE
+    assert client.available() is expected
+    assert client.reason == (None if expected else rdma.NO_IB_CORE)
     assert await client.devices() == []
     assert await client.links() == []
     assert opened == []
