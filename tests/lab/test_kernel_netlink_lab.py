@@ -252,7 +252,8 @@ def test_vf_index_from_ifla_vf_mac_and_pf_by_ifindex(guest: Any) -> None:
             return {
                 "errors": [str(r.error) for r in results if not r.ok],
                 "ours": {str(i): [s.mac, s.max_tx_rate] for i, s in link.vfs.items()},
-                "ip": {str(v["vf"]): [v["address"], v.get("max_tx_rate")] for v in ip_vfs(pf)},
+                "ip": {str(v["vf"]): [v["address"], v.get("rate", {}).get("max_tx")]
+                       for v in ip_vfs(pf)},
             }
         """,
     )

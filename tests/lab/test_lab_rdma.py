@@ -126,7 +126,8 @@ def test_rdma_usage_baseline_is_free_and_a_verbs_user_is_named(
     baseline = {
         kind: [
             {k: o.get(k) for k in ("lqpn", "type", "comm", "pid")}
-            for o in guest.json(f"rdma -j -d res show {kind} dev rxe0")
+            for o in guest.json(f"rdma -j -d res show {kind}")
+            if o.get("ifname") == "rxe0"
         ]
         for kind in ("qp", "cq", "pd")
     }
