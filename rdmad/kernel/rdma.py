@@ -1,152 +1,61 @@
-"""RDMA netlink (NETLINK_RDMA, the "nldev" client): list RDMA links, add and delete rxe links.
+"""RDMA netlink (NETLINK_RDMA, the "nldev" client): RDMA links and their users; rxe add/delete.
 
-Hand-written because pyroute2 has no RDMA family. The messages are pyroute2 ``nlmsg``
-subclasses (``NldevMsg``: no fixed header, only attributes, numbered as in the kernel's
-``include/uapi/rdma/rdma_netlink.h``); they travel over the same small asyncio netlink
-transport as ``rdmad.kernel.netlink`` (non-blocking socket + ``loop.add_reader``), so
-nothing runs in a thread. Requests are tiny and answered at once.
+Requests travel over the shared asyncio transport (``nlsock``); messages are encoded and
+decoded by ``rdma_codec``, users derived by ``rdma_usage``. Nothing runs in a thread.
 
-Facts this relies on (kernel 6.1+):
+Observing never loads a kernel module. Opening a NETLINK_RDMA socket makes the kernel
+load ib_core (see ``available()``), and a GET_CHARDEV query for "uverbs" loads ib_uverbs
+(``MODULE_ALIAS_RDMA_CLIENT``). So the socket is opened only once ``/sys/module/ib_core``
+exists (an RDMA device cannot exist without it), and the driver is asked for only once
+``/sys/module/ib_uverbs`` exists; otherwise ``driver`` is None and ``observe`` falls back
+to sysfs (``/sys/class/infiniband/DEV/parent`` exists for rxe). ``add_link`` may load
+modules: it is a requested change, not an observation.
 
-* The message type is ``RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op) = (5 << 10) + op``.
-* Command numbers: GET 1, SET 2, NEWLINK 3, DELLINK 4, PORT_GET 5, GET_CHARDEV 15.
-* DELLINK wants the device index, not its name; only devices flagged
-  IBK_ALLOW_USER_UNREG (rxe, siw) may be deleted, others answer EINVAL.
-* GET does not name the driver. GET_CHARDEV for "uverbs" answers with
-  RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID (``enum rdma_driver_id``, rxe = 14). The kernel
-  auto-loads ib_uverbs for that query (``MODULE_ALIAS_RDMA_CLIENT("uverbs")``).
-  When it cannot answer, ``driver`` is None (sysfs ``/sys/class/infiniband/DEV/parent``
-  exists only for rxe and is the fallback for ``rdmad.kernel.observe``).
-* Opening a NETLINK_RDMA socket auto-loads ib_core; a kernel without InfiniBand support
-  answers EPROTONOSUPPORT, and then ``available()`` is False with the reason.
+Other facts (kernel 6.1+): DELLINK wants the device index, not its name; only devices
+flagged IBK_ALLOW_USER_UNREG (rxe, siw) may be deleted, others answer EINVAL. A kernel
+without InfiniBand support answers EPROTONOSUPPORT to the socket.
 """
 
 from __future__ import annotations
 
 import errno
-import socket
-import struct
-from typing import Any
+import os
+from dataclasses import dataclass
+from typing import Literal
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netlink import (
-    NLM_F_DUMP,
-    NetlinkFailure,
-    NetlinkTransport,
-    NlMsg,
-    own_nla_table,
+from rdmad.kernel.nlcodec import NLM_F_DUMP, NlMsg
+from rdmad.kernel.nlsock import NetlinkFailure, NetlinkTransport
+from rdmad.kernel.rdma_codec import (
+    ATTR_CHARDEV_TYPE,
+    ATTR_DEV_INDEX,
+    ATTR_DEV_NAME,
+    ATTR_NDEV_INDEX,
+    ATTR_NDEV_NAME,
+    ATTR_PORT_INDEX,
+    ATTR_UVERBS_DRIVER_ID,
+    CMD_DELLINK,
+    CMD_GET,
+    CMD_GET_CHARDEV,
+    CMD_NEWLINK,
+    CMD_PORT_GET,
+    CMD_RES_GET,
+    DRIVER_NAMES,
+    NETLINK_RDMA,
+    RES_TABLES,
+    NldevAttrs,
+    ResObject,
+    Value,
+    decode_res,
+    decode_summary,
+    encode,
+    is_nldev,
+    newlink_attrs,
+    nldev_type,
 )
-from rdmad.kernel.pyroute2_lean import nlmsg
-from rdmad.model import RdmaLinkObserved
-
-NETLINK_RDMA = 20
-RDMA_NL_NLDEV = 5
-
-CMD_GET = 1
-CMD_SET = 2
-CMD_NEWLINK = 3
-CMD_DELLINK = 4
-CMD_PORT_GET = 5
-CMD_GET_CHARDEV = 15
-
-ATTR_DEV_INDEX = 1
-ATTR_DEV_NAME = 2
-ATTR_PORT_INDEX = 3
-ATTR_PORT_STATE = 12
-ATTR_PORT_PHYS_STATE = 13
-ATTR_NDEV_INDEX = 50
-ATTR_NDEV_NAME = 51
-ATTR_LINK_TYPE = 65
-ATTR_DEV_PROTOCOL = 67
-ATTR_CHARDEV_TYPE = 69
-ATTR_CHARDEV_NAME = 70
-ATTR_UVERBS_DRIVER_ID = 73
-
-# enum rdma_driver_id (include/uapi/rdma/ib_user_ioctl_verbs.h)
-DRIVER_NAMES = {
-    1: "mlx5",
-    2: "mlx4",
-    3: "cxgb3",
-    4: "cxgb4",
-    5: "mthca",
-    6: "bnxt_re",
-    7: "ocrdma",
-    8: "nes",
-    9: "irdma",
-    10: "vmw_pvrdma",
-    11: "qedr",
-    12: "hns",
-    13: "usnic",
-    14: "rxe",
-    15: "hfi1",
-    16: "qib",
-    17: "efa",
-    18: "siw",
-    19: "erdma",
-    20: "mana",
-}
-
-
-def nldev_type(op: int) -> int:
-    """RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op)."""
-    return (RDMA_NL_NLDEV << 10) + op
-
-
-@own_nla_table
-class NldevMsg(nlmsg):  # type: ignore[misc]
-    """An nldev message: the netlink header, then attributes (no family header)."""
-
-    prefix = "RDMA_NLDEV_ATTR_"
-    fields = ()
-    nla_map = (
-        (ATTR_DEV_INDEX, "RDMA_NLDEV_ATTR_DEV_INDEX", "uint32"),
-        (ATTR_DEV_NAME, "RDMA_NLDEV_ATTR_DEV_NAME", "asciiz"),
-        (ATTR_PORT_INDEX, "RDMA_NLDEV_ATTR_PORT_INDEX", "uint32"),
-        (ATTR_PORT_STATE, "RDMA_NLDEV_ATTR_PORT_STATE", "uint8"),
-        (ATTR_PORT_PHYS_STATE, "RDMA_NLDEV_ATTR_PORT_PHYS_STATE", "uint8"),
-        (ATTR_NDEV_INDEX, "RDMA_NLDEV_ATTR_NDEV_INDEX", "uint32"),
-        (ATTR_NDEV_NAME, "RDMA_NLDEV_ATTR_NDEV_NAME", "asciiz"),
-        (ATTR_LINK_TYPE, "RDMA_NLDEV_ATTR_LINK_TYPE", "asciiz"),
-        (ATTR_DEV_PROTOCOL, "RDMA_NLDEV_ATTR_DEV_PROTOCOL", "asciiz"),
-        (ATTR_CHARDEV_TYPE, "RDMA_NLDEV_ATTR_CHARDEV_TYPE", "asciiz"),
-        (ATTR_CHARDEV_NAME, "RDMA_NLDEV_ATTR_CHARDEV_NAME", "asciiz"),
-        (ATTR_UVERBS_DRIVER_ID, "RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID", "uint32"),
-    )
-
-
-def encode(op: int, attrs: list[tuple[str, Any]], flags: int = 0) -> bytes:
-    """A complete nldev message (header included); the transport re-writes the header."""
-    msg = NldevMsg()
-    msg["header"]["type"] = nldev_type(op)
-    msg["header"]["flags"] = flags
-    msg["attrs"] = attrs
-    msg.encode()
-    return bytes(msg.data)
-
-
-def payload(op: int, attrs: list[tuple[str, Any]]) -> bytes:
-    return encode(op, attrs)[16:]
-
-
-def decode(data: bytes) -> NldevMsg:
-    """Decode a complete nldev message (header included)."""
-    msg = NldevMsg(data)
-    msg.decode()
-    return msg
-
-
-def decode_reply(reply: NlMsg) -> NldevMsg:
-    header = struct.pack("=IHHII", 16 + len(reply.data), reply.type, reply.flags, reply.seq, 0)
-    return decode(header + reply.data)
-
-
-def newlink_attrs(name: str, link_type: str, netdev: str) -> list[tuple[str, Any]]:
-    return [
-        ("RDMA_NLDEV_ATTR_DEV_NAME", name),
-        ("RDMA_NLDEV_ATTR_LINK_TYPE", link_type),
-        ("RDMA_NLDEV_ATTR_NDEV_NAME", netdev),
-    ]
-
+from rdmad.kernel.rdma_usage import device_usage, usage_of
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.model import RdmaLinkObserved, Usage
 
 _ADD_HINTS = {
     errno.EEXIST: "an RDMA device of that name exists, or the netdev already has an rxe link",
@@ -158,55 +67,95 @@ _DEL_HINTS = {
     errno.EINVAL: "only software links (rxe, siw) can be deleted",
     errno.ENODEV: "no such RDMA device",
 }
+NO_IB_CORE = "the running kernel has no InfiniBand core (ib_core): no RDMA netlink, no rxe"
 
 
 class RdmaNetlink:
-    """nldev client for the daemon's network namespace (or a named one)."""
+    """nldev client for the daemon's network namespace (or a named one).
 
-    def __init__(self, netns: str | None = None) -> None:
+    ``root`` is where ``sys/module`` and ``proc`` are read (tests pass a tree).
+    """
+
+    def __init__(self, netns: str | None = None, *, root: str | os.PathLike[str] = "/") -> None:
         self._nl = NetlinkTransport(NETLINK_RDMA, netns)
+        self._sysfs = Sysfs(root)
         self.reason: str | None = None  # why available() is False
+        self._seen: dict[str, _Seen] = {}  # last detailed resource read, by device
 
     def close(self) -> None:
         self._nl.close()
 
+    def _core_loaded(self) -> bool:
+        return self._sysfs.exists("sys/module/ib_core")
+
     def available(self) -> bool:
-        """True when the kernel speaks NETLINK_RDMA; otherwise ``reason`` says why."""
+        """Whether this kernel can have RDMA netlink (rxe links can be created); else
+        ``reason`` says why. Never loads a module.
+
+        * ib_core loaded: the socket is opened (the kernel loads nothing);
+          EPROTONOSUPPORT or another error gives False.
+        * ib_core not loaded: no socket is opened. True while the running kernel ships
+          ib_core (modules.dep or modules.builtin name it, or they cannot be read):
+          there are no RDMA devices yet, ``links()`` is empty, and ``add_link`` will
+          make the kernel load what it needs. False when the kernel has no ib_core.
+        """
+        if not self._core_loaded():
+            shipped = self._core_shipped()
+            self.reason = None if shipped else NO_IB_CORE
+            return shipped
         try:
             self._nl.get_socket()
         except OSError as exc:
             if exc.errno == errno.EPROTONOSUPPORT:
-                self.reason = (
-                    "the kernel has no RDMA netlink (NETLINK_RDMA): "
-                    "InfiniBand core (ib_core) is not built or cannot be loaded"
-                )
+                self.reason = "the kernel has no RDMA netlink (NETLINK_RDMA)"
             else:
                 self.reason = f"cannot open an RDMA netlink socket: {exc.strerror or exc}"
             return False
         self.reason = None
         return True
 
-    async def _request(self, op: int, attrs: list[tuple[str, Any]], flags: int = 0) -> list[Any]:
-        replies = await self._nl.request(nldev_type(op), flags, payload(op, attrs))
-        # Any nldev reply counts: the kernel answers PORT_GET with a message typed
-        # CMD_GET (nldev_port_get_doit), so matching on the request's type loses it.
-        return [decode_reply(r) for r in replies if r.type >> 10 == RDMA_NL_NLDEV]
+    def _core_shipped(self) -> bool:
+        """Whether the running kernel has ib_core as a module or built in (None: can't tell)."""
+        base = f"lib/modules/{os.uname().release}"
+        listed = [self._sysfs.read(f"{base}/{name}") for name in ("modules.dep", "modules.builtin")]
+        if all(text is None for text in listed):
+            return True  # cannot tell: let add_link get the kernel's own answer
+        return any(text is not None and "/ib_core.ko" in text for text in listed)
+
+    async def _request(
+        self, op: int, attrs: list[tuple[int, Value]], flags: int = 0
+    ) -> list[NlMsg]:
+        replies = await self._nl.request(nldev_type(op), flags, encode(attrs))
+        return [r for r in replies if is_nldev(r)]
 
     async def devices(self) -> list[tuple[int, str]]:
-        """(index, name) of every RDMA device."""
+        """(index, name) of every RDMA device; none while ib_core is not loaded."""
+        if not self._core_loaded():
+            return []
         try:
             msgs = await self._request(CMD_GET, [], NLM_F_DUMP)
         except (NetlinkFailure, OSError) as exc:
             raise _error("list RDMA devices", "", exc) from None
-        return [
-            (m.get_attr("RDMA_NLDEV_ATTR_DEV_INDEX"), m.get_attr("RDMA_NLDEV_ATTR_DEV_NAME"))
-            for m in msgs
-        ]
+        out = []
+        for m in msgs:
+            a = NldevAttrs.of(m)
+            index, name = a.uint(ATTR_DEV_INDEX), a.text(ATTR_DEV_NAME)
+            if index is not None and name is not None:
+                out.append((index, name))
+        return out
 
     async def links(self) -> list[RdmaLinkObserved]:
-        """Every RDMA device with port 1's netdev and its driver (None when unknown)."""
+        """Every RDMA device with port 1's netdev, its driver (None when unknown) and users.
+
+        ``usage`` is what the kernel's resource tracking shows beyond ib_core's own
+        objects (see ``rdma_usage``); UNKNOWN with the reason when it cannot be read.
+        """
+        devices = await self.devices()
+        if not devices:
+            return []  # also: no socket while ib_core is not loaded
+        usage = await self._usage(devices)
         out = []
-        for index, name in await self.devices():
+        for index, name in devices:
             netdev, ifindex = await self._port_netdev(index)
             out.append(
                 RdmaLinkObserved(
@@ -214,28 +163,81 @@ class RdmaNetlink:
                     driver=await self._driver(index),
                     netdev=netdev,
                     netdev_ifindex=ifindex,
+                    usage=usage[name],
                 )
             )
         return out
 
+    async def _usage(self, devices: list[tuple[int, str]]) -> dict[str, Usage]:
+        """Usage of each device, cheaply: one RES_GET dump counts every device's objects.
+
+        The kernel lists a device's QPs/CQs/PDs (and so their owners) only one device per
+        dump; those dumps run for a device only when its counts differ from the last
+        time they were read, or a process seen holding it then is gone.
+        """
+        try:
+            msgs = await self._request(CMD_RES_GET, [], NLM_F_DUMP)
+            summaries = {s.dev_index: s.key() for s in map(decode_summary, msgs)}
+        except (NetlinkFailure, OSError):
+            summaries = {}
+        out: dict[str, Usage] = {}
+        cache: dict[str, _Seen] = {}
+        for index, name in devices:
+            seen = self._seen.get(name)
+            if seen is not None and seen.still(index, summaries.get(index), self._sysfs):
+                out[name], cache[name] = seen.usage, seen
+                continue
+            objects, failed = await self._resources(index)
+            out[name] = usage_of(name, device_usage(objects, self._comm), failed)
+            if failed is None:
+                cache[name] = _Seen.of(index, objects, out[name])
+        self._seen = cache
+        return out
+
+    async def resources(self, index: int) -> list[ResObject]:
+        """The QPs, CQs and PDs of one device (one dump each); raises KernelError."""
+        objects: list[ResObject] = []
+        kinds: tuple[Literal["qp", "cq", "pd"], ...] = ("qp", "cq", "pd")
+        for kind in kinds:
+            cmd = RES_TABLES[kind][0]
+            try:
+                msgs = await self._request(cmd, [(ATTR_DEV_INDEX, index)], NLM_F_DUMP)
+            except (NetlinkFailure, OSError) as exc:
+                raise _error(f"list RDMA {kind}s", f"device {index}", exc) from None
+            for m in msgs:
+                objects.extend(decode_res(kind, m))
+        return objects
+
+    async def _resources(self, index: int) -> tuple[list[ResObject], str | None]:
+        try:
+            return await self.resources(index), None
+        except KernelError as exc:
+            return [], str(exc)
+
+    def _comm(self, pid: int) -> str | None:
+        return self._sysfs.read(f"proc/{pid}/comm")
+
     async def _port_netdev(self, index: int) -> tuple[str | None, int | None]:
-        attrs = [("RDMA_NLDEV_ATTR_DEV_INDEX", index), ("RDMA_NLDEV_ATTR_PORT_INDEX", 1)]
+        attrs: list[tuple[int, Value]] = [(ATTR_DEV_INDEX, index), (ATTR_PORT_INDEX, 1)]
         try:
             msgs = await self._request(CMD_PORT_GET, attrs)
         except (NetlinkFailure, OSError):
             return None, None  # device went away between the dump and this query
         for m in msgs:
-            return m.get_attr("RDMA_NLDEV_ATTR_NDEV_NAME"), m.get_attr("RDMA_NLDEV_ATTR_NDEV_INDEX")
+            a = NldevAttrs.of(m)
+            return a.text(ATTR_NDEV_NAME), a.uint(ATTR_NDEV_INDEX)
         return None, None
 
     async def _driver(self, index: int) -> str | None:
-        attrs = [("RDMA_NLDEV_ATTR_DEV_INDEX", index), ("RDMA_NLDEV_ATTR_CHARDEV_TYPE", "uverbs")]
+        if not self._sysfs.exists("sys/module/ib_uverbs"):
+            return None  # asking would make the kernel load ib_uverbs
+        attrs: list[tuple[int, Value]] = [(ATTR_DEV_INDEX, index), (ATTR_CHARDEV_TYPE, "uverbs")]
         try:
             msgs = await self._request(CMD_GET_CHARDEV, attrs)
         except (NetlinkFailure, OSError):
             return None
         for m in msgs:
-            driver_id = m.get_attr("RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID")
+            driver_id = NldevAttrs.of(m).uint(ATTR_UVERBS_DRIVER_ID)
             if driver_id is not None:
                 return DRIVER_NAMES.get(driver_id, f"driver-id-{driver_id}")
         return None
@@ -255,9 +257,31 @@ class RdmaNetlink:
         if index is None:
             raise KernelError(op, "", errno.ENODEV, "no RDMA device of that name")
         try:
-            await self._request(CMD_DELLINK, [("RDMA_NLDEV_ATTR_DEV_INDEX", index)])
+            await self._request(CMD_DELLINK, [(ATTR_DEV_INDEX, index)])
         except (NetlinkFailure, OSError) as exc:
             raise _error(op, "", exc, _DEL_HINTS) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A device's usage as last read in detail, and what it was read from."""
+
+    index: int
+    counts: tuple[int, ...]  # QPs, CQs, PDs, as RES_TABLES orders them
+    pids: frozenset[int]
+    usage: Usage
+
+    @classmethod
+    def of(cls, index: int, objects: list[ResObject], usage: Usage) -> _Seen:
+        counts = tuple(sum(1 for o in objects if o.kind == kind) for kind in RES_TABLES)
+        pids = frozenset(o.pid for o in objects if o.pid is not None)
+        return cls(index, counts, pids, usage)
+
+    def still(self, index: int, counts: tuple[int, ...] | None, sysfs: Sysfs) -> bool:
+        """Whether nothing that decides usage can have changed since."""
+        if index != self.index or counts != self.counts:
+            return False
+        return all(sysfs.exists(f"proc/{pid}") for pid in self.pids)
 
 
 def _error(
@@ -268,12 +292,3 @@ def _error(
     if hints and code in hints:
         detail.append(hints[code])
     return KernelError(op, target, code, "; ".join(detail))
-
-
-def socket_family_available() -> bool:
-    """Cheap probe without keeping a socket: does this kernel know NETLINK_RDMA?"""
-    try:
-        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_RDMA).close()
-    except OSError:
-        return False
-    return True

@@ -207,3 +207,17 @@ async def test_links_is_fast_with_many_links(netns: str) -> None:
         elapsed = loop.time() - start
     assert len(links) == 201
     assert elapsed < 0.5, f"links() with 201 links took {elapsed:.3f}s"
+
+
+async def test_pf_addressed_by_ifindex_and_read_one_link(netns: str) -> None:
+    ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+    async with RtNetlink(netns) as rt:
+        [veth] = [link for link in await rt.links() if link.name == "rdv0"]
+        assert (await rt.link(veth.ifindex)).name == "rdv0"
+        assert (await rt.link("rdv0")).ifindex == veth.ifindex
+        [res] = await rt.set_vf_settings(veth.ifindex, [VfChange(0, "trust", None, True)], {})
+        with pytest.raises(KernelError) as missing:
+            await rt.link(veth.ifindex + 1000)
+    assert res.error is not None and res.error.errno == errno.EOPNOTSUPP
+    assert f"set vf 0 trust on ifindex {veth.ifindex}" in str(res.error)
+    assert missing.value.errno == errno.ENODEV

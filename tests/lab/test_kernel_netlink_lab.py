@@ -1,4 +1,4 @@
-"""rdmad.kernel.netlink and rdmad.kernel.rdma against the real kernel of the QEMU lab guest.
+"""rdmad.kernel.rtnetlink and rdmad.kernel.rdma against the real kernel of the QEMU lab guest.
 
 Each test runs one Python script inside the guest (rdmad installed there by the lab
 harness) that does the kernel work and prints a JSON verdict; the host asserts on it.
@@ -27,7 +27,7 @@ def guest(lab_guest: Any) -> Any:
 _PRELUDE = textwrap.dedent(
     """
     import asyncio, errno, glob, json, os, subprocess, time
-    from rdmad.kernel.netlink import RtNetlink
+    from rdmad.kernel.rtnetlink import RtNetlink
     from rdmad.kernel.rdma import RdmaNetlink
     from rdmad.kernel.errors import KernelError
     from rdmad.model import VfChange, VfSettings
@@ -55,6 +55,14 @@ _PRELUDE = textwrap.dedent(
         while not glob.glob(f"{base}/net/*") and time.monotonic() < deadline:
             time.sleep(0.05)
         return os.path.basename(glob.glob(f"{base}/net/*")[0])
+
+    def ifindex_of(dev):
+        return int(open(f"/sys/class/net/{dev}/ifindex").read())
+
+    def ip_vfs(dev):
+        out = subprocess.run(["ip", "-j", "-d", "link", "show", dev], capture_output=True,
+                             text=True, check=True).stdout
+        return json.loads(out)[0].get("vfinfo_list", [])
 
     def settings_json(s):
         return None if s is None else {k: getattr(s, k) for k in s.__slots__}
@@ -226,3 +234,58 @@ def test_rxe_add_list_delete_and_eexist(guest: Any) -> None:
     assert errors["no_netdev"][0] == 19  # ENODEV
     assert "rxet0" not in verdict["after"]
     assert verdict["again"][0] == 19
+
+
+def test_vf_index_from_ifla_vf_mac_and_pf_by_ifindex(guest: Any) -> None:
+    """Each VF's settings land under the index iproute2 shows for that MAC; PF by ifindex."""
+    verdict = _guest_python(
+        guest,
+        """
+        async def main():
+            pf = netdevsim(14, 6)
+            rt = RtNetlink()
+            macs = {vf: f"02:00:00:00:0e:{vf:02x}" for vf in range(6)}
+            changes = [VfChange(vf, "mac", None, mac) for vf, mac in macs.items()]
+            changes += [VfChange(vf, "max_tx_rate", None, 100 + vf) for vf in range(6)]
+            results = await rt.set_vf_settings(ifindex_of(pf), changes, {})
+            link = await rt.link(ifindex_of(pf))
+            return {
+                "errors": [str(r.error) for r in results if not r.ok],
+                "ours": {str(i): [s.mac, s.max_tx_rate] for i, s in link.vfs.items()},
+                "ip": {str(v["vf"]): [v["address"], v.get("rate", {}).get("max_tx")]
+                       for v in ip_vfs(pf)},
+            }
+        """,
+    )
+    assert verdict["errors"] == []
+    assert verdict["ours"] == verdict["ip"]
+    assert verdict["ours"]["5"] == ["02:00:00:00:0e:05", 105]
+
+
+def test_vlan_without_proto_on_a_fresh_netdevsim_vf_is_8021q(guest: Any) -> None:
+    verdict = _guest_python(
+        guest,
+        """
+        async def main():
+            pf = netdevsim(15, 2)
+            rt = RtNetlink()
+            before = (await rt.link(ifindex_of(pf))).vfs
+            results = await rt.set_vf_settings(
+                ifindex_of(pf), [VfChange(1, "vlan", before[1].vlan, 100)], before
+            )
+            after = (await rt.link(ifindex_of(pf))).vfs
+            [ip_vf1] = [v for v in ip_vfs(pf) if v["vf"] == 1]
+            return {
+                "before": settings_json(before[1]),
+                "errors": [str(r.error) for r in results if not r.ok],
+                "after": settings_json(after[1]),
+                "ip": ip_vf1.get("vlan_list", ip_vf1),
+            }
+        """,
+    )
+    assert verdict["errors"] == []
+    # The fresh VF's protocol does not read as 802.1Q or 802.1ad...
+    assert verdict["before"]["vlan_proto"] not in ("802.1Q", "802.1ad"), verdict["before"]
+    # ...and a declared vlan without a protocol is written as 802.1Q, not 802.1ad.
+    assert (verdict["after"]["vlan"], verdict["after"]["vlan_proto"]) == (100, "802.1Q")
+    assert "802.1ad" not in json.dumps(verdict["ip"]), verdict["ip"]

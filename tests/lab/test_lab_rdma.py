@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from harness import Guest
@@ -86,3 +89,93 @@ def test_nvidia_peermem_depends_on_ib_core_and_nvidia(guest: Guest) -> None:
 
     guest.check("modprobe -r nvidia_peermem")
     assert not guest.exists("/sys/module/ib_core/holders/nvidia_peermem")
+
+
+def _rdmad_json(guest: Guest, body: str, timeout: float = 120.0) -> Any:
+    """Run ``async def main()`` (returns something JSON) with rdmad installed in the guest."""
+    import harness
+
+    python = harness.install_rdmad(guest)
+    script = (
+        "import asyncio, json\n"
+        "from rdmad.kernel.rdma import RdmaNetlink\n"
+        + textwrap.dedent(body)
+        + "\nprint(json.dumps(asyncio.run(main())))\n"
+    )
+    res = guest.run([python, "-c", script], timeout=timeout)
+    assert res.ok, res.describe()
+    return json.loads(res.out.strip().splitlines()[-1])
+
+
+_USAGE = """
+async def main():
+    rdma = RdmaNetlink()
+    assert rdma.available(), rdma.reason
+    out = {l.name: [l.usage.state.value, list(l.usage.holders)] for l in await rdma.links()}
+    rdma.close()
+    return out
+"""
+
+
+def test_rdma_usage_baseline_is_free_and_a_verbs_user_is_named(
+    guest: Guest, veth: tuple[str, str]
+) -> None:
+    guest.check("rdma link add rxe0 type rxe netdev labv0")
+    guest.wait_for("rdma res show qp | grep -q rxe0", timeout=30)  # ib_core's own QP(s)
+    # What an idle rxe device holds (measured: only ib_core's objects; printed for -rP).
+    baseline = {
+        kind: [
+            {k: o.get(k) for k in ("lqpn", "type", "comm", "pid")}
+            for o in guest.json(f"rdma -j -d res show {kind}")
+            if o.get("ifname") == "rxe0"
+        ]
+        for kind in ("qp", "cq", "pd")
+    }
+    print("idle rxe0 baseline:", json.dumps(baseline))
+    assert all(o["comm"] == "[ib_core]" for objs in baseline.values() for o in objs), baseline
+
+    idle = _rdmad_json(guest, _USAGE)
+    assert idle["rxe0"] == ["free", []], (idle, baseline)
+
+    unit = guest.start_unit("lab-pingpong", "exec ibv_rc_pingpong -g 1 -d rxe0", max_seconds=300)
+    guest.wait_for("rdma res show qp | grep -q ibv_rc_pingpong", timeout=60)
+    pid = guest.unit_pid(unit)
+    print(
+        "with ibv_rc_pingpong:", guest.check("rdma res show qp; rdma res show cq; rdma res show pd")
+    )
+    busy = _rdmad_json(guest, _USAGE)
+    state, holders = busy["rxe0"]
+    assert state == "in-use", busy
+    assert any(h.startswith(f"pid {pid} (ibv_rc_pingpo") and "1 QP" in h for h in holders), (
+        busy,
+        guest.check("rdma -d res show qp"),
+    )
+
+    guest.stop_unit(unit)
+    guest.wait_for("! rdma res show qp | grep -q ibv_rc_pingpong", timeout=60)
+    assert _rdmad_json(guest, _USAGE)["rxe0"] == ["free", []]
+
+
+def test_observing_never_loads_ib_core(fresh_guest: Guest) -> None:
+    guest = fresh_guest
+    assert not guest.module_loaded("ib_core"), "the fresh guest already has ib_core"
+    seen = _rdmad_json(
+        guest,
+        """
+        from rdmad.kernel.host import KernelHost
+        async def main():
+            rdma = RdmaNetlink()
+            available, reason = rdma.available(), rdma.reason
+            async with KernelHost() as host:
+                observed = await host.observe()
+            return {"available": available, "reason": reason,
+                    "rdma_links": [l.name for l in observed.rdma_links],
+                    "rdma_netlink": observed.rdma_netlink,
+                    "notes": list(observed.notes)}
+        """,
+    )
+    # The guest's kernel ships ib_core: rxe stays possible, but nothing is listed or loaded.
+    assert seen["available"] is True and seen["reason"] is None, seen
+    assert seen["rdma_links"] == [] and seen["rdma_netlink"] is True, seen
+    assert not guest.module_loaded("ib_core"), seen
+    assert not guest.module_loaded("ib_uverbs")

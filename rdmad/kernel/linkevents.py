@@ -1,0 +1,128 @@
+"""Link events: an RTMGRP_LINK socket turned into ``LinkEvent`` values, ENOBUFS into "resync".
+
+Its own socket, not shared with requests: a subscription must survive a receive-buffer
+overflow (the kernel dropped notifications), which then becomes one "resync" event
+telling the agent to observe everything again, instead of a dead socket.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from rdmad.kernel.nlcodec import NlMsg, split_messages
+from rdmad.kernel.nlsock import RECV_BUF, open_netlink_socket, readable, recv_nowait
+from rdmad.kernel.rtnl_codec import (
+    CHANGE_ALL,
+    IFF_UP,
+    IFINFO,
+    RTM_DELLINK,
+    RTM_NEWLINK,
+    RTMGRP_LINK,
+    parse_ifinfo,
+)
+
+NETLINK_ROUTE = 0
+EVENTS_RCVBUF = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """A link notification. ``kind`` "resync" means events were lost: observe everything again.
+
+    "add" is an RTM_NEWLINK with a full change mask (a new link, or one moved into this
+    namespace); "change" is any other RTM_NEWLINK (flags, rename: compare ``name`` with
+    ``old_name``); "del" is RTM_DELLINK (deleted, or moved to another namespace).
+    Track links by ``ifindex``: names change.
+    """
+
+    kind: Literal["add", "del", "change", "resync"]
+    ifindex: int = 0
+    name: str | None = None
+    old_name: str | None = None  # the previous name, when this stream saw it change
+    up: bool | None = None
+
+
+class LinkEventStream:
+    """Async iterator of ``LinkEvent`` from an RTMGRP_LINK socket; ENOBUFS yields "resync".
+
+    The socket is bound when this is constructed: subscribe first, then observe, and
+    nothing falls between the two.
+    """
+
+    def __init__(self, netns: str | None = None, rcvbuf: int = EVENTS_RCVBUF) -> None:
+        self._sock: socket.socket | None = open_netlink_socket(
+            NETLINK_ROUTE, netns=netns, groups=RTMGRP_LINK, rcvbuf=rcvbuf
+        )
+        self._buf = bytearray(RECV_BUF)
+        self._pending: list[LinkEvent] = []
+        self._names: dict[int, str] = {}
+        self.overflows = 0
+
+    @property
+    def sock(self) -> socket.socket:
+        if self._sock is None:
+            raise ValueError("link event stream is closed")
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    async def __aenter__(self) -> LinkEventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __aiter__(self) -> AsyncIterator[LinkEvent]:
+        return self
+
+    async def __anext__(self) -> LinkEvent:
+        while not self._pending:
+            if self._sock is None:
+                raise StopAsyncIteration
+            self._drain()
+            if not self._pending:
+                await readable(self.sock)
+        return self._pending.pop(0)
+
+    def _drain(self) -> None:
+        """Read everything queued, without blocking."""
+        while True:
+            try:
+                data = recv_nowait(self.sock, self._buf)
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+                # The kernel dropped notifications: names seen so far may be stale too.
+                self.overflows += 1
+                self._names.clear()
+                self._pending = [e for e in self._pending if e.kind != "resync"]
+                self._pending.append(LinkEvent("resync"))
+                continue
+            if data is None:
+                return
+            for msg in split_messages(data):
+                event = self._event(msg)
+                if event is not None:
+                    self._pending.append(event)
+
+    def _event(self, msg: NlMsg) -> LinkEvent | None:
+        if msg.type not in (RTM_NEWLINK, RTM_DELLINK) or len(msg.data) < IFINFO.size:
+            return None
+        info = parse_ifinfo(msg.data)
+        index, name, up = info.index, info.name, bool(info.flags & IFF_UP)
+        old = self._names.get(index)
+        if msg.type == RTM_DELLINK:
+            self._names.pop(index, None)
+            return LinkEvent("del", index, name, None, up)
+        if name is not None:
+            self._names[index] = name
+        kind: Literal["add", "change"] = "add" if info.change == CHANGE_ALL else "change"
+        renamed = old if old is not None and old != name else None
+        return LinkEvent(kind, index, name, renamed, up)
