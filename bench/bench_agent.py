@@ -56,7 +56,7 @@ class ArrivalLog:
 
 
 async def _link_source(stream: object, log: ArrivalLog) -> AsyncIterator[Trigger]:
-    from rdmad.kernel.netlink import LinkEventStream
+    from rdmad.kernel.linkevents import LinkEventStream
 
     assert isinstance(stream, LinkEventStream)
     async for e in stream:
@@ -85,12 +85,12 @@ async def _ip(*args: str) -> None:
 
 async def latency(events: int, settle: float) -> dict[str, dict[str, float]]:
     from rdmad.kernel.host import KernelHost
-    from rdmad.kernel.netlink import RtNetlink
+    from rdmad.kernel.linkevents import LinkEventStream
 
     tmp = Path(tempfile.mkdtemp(prefix="rdmad-bench-"))
     (tmp / "rdmad.toml").write_text(f'[daemon]\nsettle = "{int(settle * 1000)}ms"\n')
     log = ArrivalLog()
-    stream = RtNetlink().events()
+    stream = LinkEventStream()
     host = KernelHost("/")
     clock = SystemClock()
     agent = Agent(

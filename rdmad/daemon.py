@@ -102,7 +102,7 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
 
 
 async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
-    from rdmad.kernel.netlink import LinkEventStream
+    from rdmad.kernel.linkevents import LinkEventStream
 
     assert isinstance(stream, LinkEventStream)
     async for e in stream:
@@ -142,9 +142,9 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     except Exception as exc:  # no udev (container): rtnetlink and drift still work
         log.warning("source.unavailable", source="udev", error=str(exc))
     try:
-        from rdmad.kernel.netlink import RtNetlink
+        from rdmad.kernel.linkevents import LinkEventStream
 
-        stream = RtNetlink().events()
+        stream = LinkEventStream()
         sources.append(_Source("rtnetlink", _link_triggers(stream)))
         closers.append(stream)
     except Exception as exc:

@@ -102,12 +102,7 @@ class StatusSnapshot:
                     parts.append(f"{n} {state.value}")
             head = ", ".join(parts)
             worst = next(
-                (
-                    o
-                    for state in _WORST_FIRST
-                    for o in self.objects
-                    if o.state is state
-                ),
+                (o for state in _WORST_FIRST for o in self.objects if o.state is state),
                 None,
             )
             if worst is not None:

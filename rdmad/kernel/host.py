@@ -21,12 +21,14 @@ from typing import Protocol
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
 from rdmad.kernel.observe import observe
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
+from rdmad.kernel.rtnetlink import RtNetlink
+from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
+from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
     Action,

@@ -24,9 +24,11 @@ from rdmad.kernel import host as host_mod
 from rdmad.kernel.dryrun import RecordingHost
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.host import KernelHost
-from rdmad.kernel.netlink import LinkInfo, RtNetlink, VfChangeResult
 from rdmad.kernel.results import Outcome
+from rdmad.kernel.rtnetlink import RtNetlink
+from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.model import (
     Action,
     AddRxe,

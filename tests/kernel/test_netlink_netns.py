@@ -1,4 +1,5 @@
-"""rdmad.kernel.netlink against this machine's real kernel, inside throwaway network namespaces.
+"""rdmad's rtnetlink layer (rtnetlink, linkevents) against this machine's real kernel,
+inside throwaway network namespaces.
 
 Needs root. Every namespace is created by a fixture and deleted even when a test fails;
 every wait is bounded by a deadline.
@@ -17,7 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netlink import LinkEvent, LinkEventStream, RtNetlink
+from rdmad.kernel.linkevents import LinkEvent, LinkEventStream
+from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.model import VfChange, VfSettings
 
 pytestmark = [
@@ -111,7 +113,7 @@ async def test_set_up_missing_link_names_it(netns: str) -> None:
 
 async def test_events_add_rename_delete_by_ifindex(netns: str) -> None:
     rt = RtNetlink(netns)
-    async with rt.events() as stream:
+    async with LinkEventStream(rt.netns) as stream:
         ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
         index = ifindex(netns, "rdv0")
         ip("-n", netns, "link", "set", "rdv0", "name", "rdrenamed")
@@ -128,7 +130,7 @@ async def test_events_add_rename_delete_by_ifindex(netns: str) -> None:
 async def test_events_move_to_another_netns(netns: str, netns2: str) -> None:
     ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
     old_index = ifindex(netns, "rdv0")
-    async with RtNetlink(netns).events() as here, RtNetlink(netns2).events() as there:
+    async with LinkEventStream(netns) as here, LinkEventStream(netns2) as there:
         ip("-n", netns, "link", "set", "rdv0", "netns", netns2)
         new_index = ifindex(netns2, "rdv0")
         gone = await collect_until(here, lambda e: e.kind == "del" and e.ifindex == old_index)
@@ -141,7 +143,7 @@ async def test_enobufs_gives_resync_and_stream_keeps_working(netns: str) -> None
     # A tiny receive buffer and nobody reading while ~100 links come and go: the kernel
     # must drop notifications and report ENOBUFS.
     rt = RtNetlink(netns)
-    async with rt.events(rcvbuf=4096) as stream:
+    async with LinkEventStream(rt.netns, rcvbuf=4096) as stream:
         batch = "".join(f"link add rdf{i} type veth peer name rdg{i}\n" for i in range(50))
         batch += "".join(f"link del rdf{i}\n" for i in range(50))
         subprocess.run(["ip", "-n", netns, "-batch", "-"], input=batch, text=True, check=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rdmad.kernel.netlink import LinkInfo
 from rdmad.kernel.observe import observe
+from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import RdmaLinkObserved, Use, VfSettings
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node

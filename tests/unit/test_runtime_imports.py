@@ -9,7 +9,7 @@ import sys
 def test_kernel_layer_imports_without_pyroute2() -> None:
     code = (
         "import sys\n"
-        "import rdmad.kernel.host, rdmad.kernel.netlink, rdmad.kernel.rdma\n"
+        "import rdmad.kernel.host, rdmad.kernel.rdma\n"
         "import rdmad.kernel.linkevents, rdmad.kernel.rtnetlink\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))\n"
     )
