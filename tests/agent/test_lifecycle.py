@@ -7,10 +7,10 @@ import errno
 import json
 from dataclasses import replace
 
-from rdmad.model import Action, Observed, PfObserved, PlanState, SetNumVfs, Waiting
+from rdmad.model import Action, Observed, PlanState, SetNumVfs, Waiting
 from rdmad.state import State, StateStore
 
-from .conftest import ConfigBox, FakeHost, RigFactory, desired, spin, until
+from .conftest import FakeHost, RigFactory, desired, until
 
 
 async def test_ready_after_first_converged_pass_with_status(rig: RigFactory) -> None:
@@ -274,7 +274,3 @@ def test_state_save_failure_is_a_value_not_an_exception(tmp_path: object) -> Non
     blocker.write_text("")
     problem = StateStore(blocker / "sub").save(State())
     assert problem is not None and "not written" in problem
-
-
-def test_pf_observed_import_is_used() -> None:
-    assert PfObserved and ConfigBox and spin

@@ -1,7 +1,10 @@
 """Fixtures for the QEMU lab: a shared guest, a fresh guest, failure reports.
 
 Lab tests skip (saying how to enable them) where QEMU, root or the image is
-missing; with RDMAD_LAB_REQUIRED=1 (CI) a missing prerequisite fails instead.
+missing. In CI (CI=true, as CI systems set it) or with RDMAD_LAB_REQUIRED=1 any
+skip of a lab test fails instead: the missing lab prerequisite, and a skip inside
+a test (the bond test's kernel module) alike. It is decided here, from the
+environment, so it holds for whoever runs pytest and however it is invoked.
 """
 
 from __future__ import annotations
@@ -52,7 +55,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _required() -> bool:
-    return os.environ.get("RDMAD_LAB_REQUIRED", "") == "1"
+    """A run where the lab must really run: CI, or a caller asking for it."""
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("RDMAD_LAB_REQUIRED") == "1"
+
+
+def _why_required() -> str:
+    return "CI=true" if os.environ.get("CI", "").lower() == "true" else "RDMAD_LAB_REQUIRED=1"
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +68,7 @@ def lab_pool() -> Iterator[GuestPool]:
     reason = missing_prerequisite()
     if reason is not None:
         if _required():
-            pytest.fail(f"RDMAD_LAB_REQUIRED=1 but the lab cannot run: {reason}", pytrace=False)
+            pytest.fail(f"{_why_required()} but the lab cannot run: {reason}", pytrace=False)
         pytest.skip(f"lab: {reason}")
     image = find_image()
     assert image is not None  # missing_prerequisite() checked it
@@ -110,6 +118,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     """On a failed lab test, attach the guest's serial log and journal."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
+    _fail_skip_when_required(item, report)
     if report.when not in ("setup", "call") or not report.failed:
         return
     pool = item.stash.get(_POOL_KEY, None)
@@ -122,3 +131,31 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             report.sections.append((f"lab journalctl -b ({g.name})", g.journal()))
         except LabError as exc:
             report.sections.append((f"lab journalctl -b ({g.name})", f"unavailable: {exc}"))
+
+
+def _fail_skip_when_required(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Turn a skipped lab test into a failure in a run that requires the lab.
+
+    An expected failure (xfail) also reports as skipped; it is not a skip and stays.
+    """
+    if not (report.skipped and _in_lab(item) and _required()):
+        return
+    if hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"{_why_required()}: a lab test may not skip here, but it did: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """The same for a lab module skipped as a whole (importorskip, a module-level skip)."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    path = Path(str(collector.path)).resolve()
+    if report.skipped and _required() and LAB_DIR in (path, *path.parents):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{_why_required()}: a lab module may not skip here, but did: {reason}"
