@@ -163,10 +163,32 @@ def _make_host(dry_run: bool) -> tuple[Host, object]:
 
 
 def _initial_spec(location: Path) -> DaemonSpec:
+    """Logging and state-dir settings from whatever part of the config is readable.
+
+    Never raises: a config that cannot be read or is invalid must not end the
+    daemon (Restart=on-failure would loop on it); the agent reports its errors.
+    """
     try:
-        return config.load(location).desired.daemon
+        return config.daemon_settings(location)
+    except Exception:  # an unforeseen failure: start with defaults, load_config reports it
+        return DaemonSpec()
+
+
+def _load_config(location: Path) -> config.LoadedConfig:
+    """config.load with anything it did not foresee turned into a config error.
+
+    load() reports every problem on disk as ConfigInvalid; this is the last line
+    behind it, because an exception here would end the daemon, and systemd would
+    restart it into the same config again and again.
+    """
+    try:
+        return config.load(location)
     except config.ConfigInvalid:
-        return DaemonSpec()  # the agent reports the errors
+        raise
+    except Exception as exc:
+        raise config.ConfigInvalid(
+            [config.ConfigError(str(location), "", f"cannot be loaded: {exc!r}")]
+        ) from exc
 
 
 def _state_dir(spec: DaemonSpec) -> str:
@@ -187,7 +209,7 @@ async def serve(opts: RunOptions) -> int:
     host, kernel = _make_host(opts.dry_run)
     agent = Agent(
         host,
-        lambda: config.load(opts.config),
+        lambda: _load_config(opts.config),
         clock=clock,
         queue=queue,
         state_store=StateStore(_state_dir(spec)),

@@ -131,3 +131,41 @@ def test_snapshot_to_stdout_and_json(
     assert main(["snapshot", "--json", "--root", str(root)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["toml"] == text and data["settings_unknown"] == [MLX5_PF]
+
+
+def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "rdmad.toml").write_text("[daemon]\nsettle = 'soon'\n")
+    d = tmp_path / "rdmad.d"
+    d.mkdir()
+    (d / "10-latin1.toml").write_bytes(b"# caf\xe9\n")
+    (d / "20-dir.toml").mkdir()
+    (d / "30-loop.toml").symlink_to(d / "30-loop.toml")
+    out = subprocess.run(
+        [sys.executable, "-m", "rdmad.cli", "check-config", "--config", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0] == "rdmad: 4 error(s) in the config:"
+    assert lines[1:] == [
+        f"  {d / '10-latin1.toml'}: not UTF-8 text: byte 0xe9 at line 1, column 6; "
+        "TOML files must be UTF-8",
+        f"  {d / '20-dir.toml'}: is a directory, not a config file",
+        f"  {d / '30-loop.toml'}: cannot read: too many levels of symbolic links (a symlink loop?)",
+        f"  {tmp_path / 'rdmad.toml'}: daemon.settle: not a duration (e.g. '150ms', '5m', '30s'): "
+        "'soon'",
+    ]
+    js = subprocess.run(
+        [sys.executable, "-m", "rdmad.cli", "check-config", "--json", "--config", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert js.returncode == 2
+    errors = json.loads(js.stdout)["errors"]
+    last = (errors[-1]["file"], errors[-1]["path"])
+    assert len(errors) == 4 and last == (str(tmp_path / "rdmad.toml"), "daemon.settle")
