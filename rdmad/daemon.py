@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from rdmad import config, logs
+from rdmad import config, logs, state
 from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.clock import SystemClock
 from rdmad.model import DaemonSpec
@@ -26,7 +26,6 @@ log = structlog.get_logger("rdmad.daemon")
 
 EXIT_OK, EXIT_FAIL = 0, 1
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-DEFAULT_STATE_DIR = DaemonSpec().state_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,14 +190,6 @@ def _load_config(location: Path) -> config.LoadedConfig:
         ) from exc
 
 
-def _state_dir(spec: DaemonSpec) -> str:
-    # systemd's StateDirectory= says where; an explicit [daemon] state_dir wins.
-    env = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    if spec.state_dir == DEFAULT_STATE_DIR and env:
-        return env
-    return spec.state_dir
-
-
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
@@ -212,7 +203,7 @@ async def serve(opts: RunOptions) -> int:
         lambda: _load_config(opts.config),
         clock=clock,
         queue=queue,
-        state_store=StateStore(_state_dir(spec)),
+        state_store=StateStore(state.resolve_dir(spec.state_dir)),
         notifier=notifier,
         sources=sources,
         boot_id=read_boot_id(),
