@@ -11,7 +11,7 @@ import pytest
 
 from rdmad import __version__
 from rdmad.cli import main
-from tests.support.fakesysfs import IGB_PF, MLX5_PF, QEMU_PID, FakeSysfs, mlx5_node
+from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,10 +115,11 @@ def test_snapshot_round_trip_on_demo_tree(
     assert 'driver = "vfio-pci"' in text  # VF 1, bound by hand
     assert "VF settings not read" in text  # a tree has no netlink: said, not guessed
     assert capsys.readouterr().out == ""  # -o: nothing on stdout
+    assert 'driver = "none"' in text  # VF 3, unbound by hand
     assert main(["plan", "--json", "--root", str(root), "--config", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["actions"] == []
-    assert {o["state"] for o in data["objects"]} == {"converged"}
+    # Converged but for pinning the unbound VF with driver_override (its binding stays).
+    assert [a["what"] for a in data["actions"]] == [f"{MLX5_VFS[3]}: driver unset -> none"]
 
 
 def test_snapshot_to_stdout_and_json(
