@@ -64,6 +64,8 @@ def snapshot(observed: Observed, header: str = "") -> str:
         if link.is_rxe and link.netdev:
             lines += ["", "[[rxe]]", f"name = {_str(link.name)}"]
             lines.append(f"netdev = {{ name = {_str(link.netdev)} }}")
+        elif link.is_rxe:
+            lines += ["", f"# rxe link {link.name} has no netdev now, so it is not declared"]
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

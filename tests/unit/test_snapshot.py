@@ -223,3 +223,9 @@ def test_unset_and_undeclarable_values_are_left_out_with_a_comment() -> None:
     assert "so not declared: spoofchk, trust, query_rss" in text
     vf0 = parsed(text).sriov[0].vf[0]
     assert (vf0.vlan, vf0.qos, vf0.max_tx_rate, vf0.mac, vf0.vlan_proto) == (7, 1, 100, None, None)
+
+
+def test_rxe_link_without_netdev_is_said_not_declared() -> None:
+    text, actions = round_trip(node(rdma=(RdmaLinkObserved("rxe3", "rxe", None),)))
+    assert actions == [] and "[[rxe]]" not in text
+    assert "# rxe link rxe3 has no netdev now, so it is not declared" in text
