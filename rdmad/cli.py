@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rdmad import __version__, config
+from rdmad import __version__, config, state
 from rdmad.kernel.oneshot import observe_host
 from rdmad.model import Action, ObjectState, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+BOOT_ID = "proc/sys/kernel/random/boot_id"  # under --root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         "--root",
         default="/",
         help="observe the sysfs/procfs tree under this directory instead of the host",
+    )
+    pl.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        help="the daemon's state file, for which rxe links it created "
+        "(default: state.json in [daemon] state_dir)",
     )
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     sn = sub.add_parser(
@@ -121,12 +129,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
         return EXIT_FAIL
-    actions = plan(loaded.desired, observed, PlanState())
+    # The daemon's own memory of which rxe links it created, by its own rule (only
+    # within the boot that created them), so the plan is what the daemon would do.
+    state_file = args.state or Path(
+        state.resolve_dir(loaded.desired.daemon.state_dir), state.FILENAME
+    )
+    owned, state_line = state.describe_ownership(state_file, _boot_id(Path(args.root)))
+    actions = plan(loaded.desired, observed, PlanState(managed_rxe=owned))
     statuses = summarize(declared_objects(loaded.desired), actions)
     if args.json:
         _print_json(
             {
                 "root": args.root,
+                "state": {
+                    "file": str(state_file),
+                    "managed_rxe": sorted(owned),
+                    "line": state_line,
+                },
                 "objects": [
                     {"object": s.obj, "state": s.state.value, "message": s.message}
                     for s in statuses
@@ -136,8 +155,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _print_plan(args.root, observed, actions, statuses)
+        _print_plan(args.root, observed, state_line, actions, statuses)
     return EXIT_OK
+
+
+def _boot_id(root: Path) -> str:
+    """This boot's id as the daemon reads it ("" when unknown: then rdmad owns nothing)."""
+    try:
+        return (root / BOOT_ID).read_text().strip()
+    except OSError:
+        return ""
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
@@ -195,12 +222,15 @@ def action_json(action: Action) -> dict[str, Any]:
     }
 
 
-def _print_plan(root: str, observed: Observed, actions: list[Action], statuses: list[Any]) -> None:
+def _print_plan(
+    root: str, observed: Observed, state_line: str, actions: list[Action], statuses: list[Any]
+) -> None:
     where = "this host" if root == "/" else root
     print(
         f"Observed {where}: {len(observed.pfs)} SR-IOV PF(s), "
         f"{len(observed.rdma_links)} RDMA device(s), {len(observed.netdevs)} netdev(s)"
     )
+    print(f"  {state_line}")
     for note in observed.notes:
         print(f"  note: {note}")
     print()

@@ -1,6 +1,7 @@
 """Config files -> ``Desired``, with every error named by file and key path.
 
-Layout: ``DIR/rdmad.toml`` plus ``DIR/rdmad.d/*.toml`` applied in name order.
+Layout: ``DIR/rdmad.toml`` plus ``DIR/rdmad.d/*.toml`` applied in name order
+(names starting with a dot are not config files).
 
 Merge rules (documented in etc/rdmad/rdmad.toml too):
 
@@ -9,14 +10,21 @@ Merge rules (documented in etc/rdmad/rdmad.toml too):
   reference, e.g. ``pf = { pci = "0000:3b:00.0" }``). A later file that names
   the same object overrides the keys it sets; keys it does not set stay.
   Nested tables (``netdev``, ``pf``) are replaced whole.
-* ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF, same rule.
+* ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF, same rule;
+  a VF's ``in_use_drift`` left unset follows its PF's.
 
 Errors are collected, never stopping at the first: a TOML syntax error in one
-file does not hide schema errors in another.
+file does not hide schema errors in another. Anything on disk that cannot be
+read as a config (not UTF-8, over 1 MiB, a directory, FIFO, symlink loop, a
+file gone between listing and reading) is such an error, never an exception:
+the daemon keeps running on its last good config.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,11 +33,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rdmad.model import Desired, NetdevRef
+from rdmad.model import DaemonSpec, Desired, NetdevRef
 
 DEFAULT_DIR = Path("/etc/rdmad")
 MAIN_FILE = "rdmad.toml"
 DROPIN_DIR = "rdmad.d"
+# A declaration of thousands of VFs is well under 1 MiB; anything larger is a mistake
+# (a log or image copied into rdmad.d) and reading it whole would cost the daemon memory.
+MAX_FILE_BYTES = 1024 * 1024
 
 Loc = tuple[str | int, ...]
 
@@ -58,39 +69,161 @@ class LoadedConfig:
 
 
 def config_files(location: Path) -> list[Path]:
-    """The files that make up the config at ``location`` (a dir or one file)."""
-    if location.is_file():
-        return [location]
-    files = []
-    main = location / MAIN_FILE
-    if main.is_file():
-        files.append(main)
-    dropins = location / DROPIN_DIR
-    if dropins.is_dir():
-        files.extend(sorted(p for p in dropins.glob("*.toml") if p.is_file()))
+    """The files that make up the config at ``location`` (a dir or one file).
+
+    Problems finding them are left to ``load()``, which reports them; this only lists.
+    """
+    files, _ = _discover(location)
     return files
 
 
-def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
-    """Read, merge and validate; raise ConfigInvalid with all errors."""
-    if not location.exists():
-        raise ConfigInvalid([ConfigError(str(location), "", "no such file or directory")])
-    files = config_files(location)
-    docs: list[tuple[str, dict[str, Any]]] = []
+def _discover(location: Path) -> tuple[list[Path], list[ConfigError]]:
+    """List the config files; every entry that cannot be a config file is an error.
+
+    A drop-in named ``*.toml`` that is a directory, a dangling symlink or a symlink
+    loop is an error rather than silently skipped: its author meant it to count.
+    Hidden names (``.#x.toml`` editor locks, ``.x.toml.tmp``) are not config files.
+    """
     errors: list[ConfigError] = []
-    for path in files:
+    try:
+        mode = location.stat().st_mode
+    except OSError as exc:
+        return [], [ConfigError(_display(location), "", _os_problem(exc))]
+    if not stat.S_ISDIR(mode):
+        return [location], []
+    files = [location / MAIN_FILE]
+    if not os.path.lexists(files[0]):
+        files = []  # the main file is optional; drop-ins alone are a config
+    dropins = location / DROPIN_DIR
+    if os.path.lexists(dropins):
         try:
-            with path.open("rb") as fh:
-                docs.append((str(path), tomllib.load(fh)))
-        except tomllib.TOMLDecodeError as exc:
-            errors.append(ConfigError(str(path), "", f"not valid TOML: {exc}"))
+            names = sorted(os.listdir(dropins))
         except OSError as exc:
-            errors.append(ConfigError(str(path), "", f"cannot read: {exc.strerror}"))
+            errors.append(ConfigError(_display(dropins), "", _os_problem(exc)))
+            names = []
+        files.extend(dropins / n for n in names if n.endswith(".toml") and not n.startswith("."))
+    return files, errors
+
+
+def read_document(path: Path) -> tuple[dict[str, Any] | None, ConfigError | None]:
+    """One file as TOML, or the reason it cannot be read, naming the file.
+
+    Opened non-blocking and checked to be a regular file before reading, so a FIFO
+    or device named ``*.toml`` cannot hang the daemon; read with a size limit so a
+    runaway file cannot exhaust its memory.
+    """
+    name = _display(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return None, ConfigError(name, "", _os_problem(exc))
+    try:
+        kind = _file_kind(os.fstat(fd).st_mode)
+        if kind != "regular file":
+            return None, ConfigError(name, "", f"is a {kind}, not a config file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        return None, ConfigError(name, "", _os_problem(exc))
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_FILE_BYTES:
+        limit = f"{MAX_FILE_BYTES // 1024 // 1024} MiB"
+        return None, ConfigError(name, "", f"larger than the {limit} limit for a config file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - raw.rfind(b"\n", 0, exc.start)
+        return None, ConfigError(
+            name,
+            "",
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column {column}; "
+            "TOML files must be UTF-8",
+        )
+    try:
+        return tomllib.loads(text), None
+    except tomllib.TOMLDecodeError as exc:
+        return None, ConfigError(name, "", f"not valid TOML: {exc}")
+    except RecursionError:
+        return None, ConfigError(name, "", "not valid TOML: arrays or tables nested too deeply")
+
+
+def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
+    """Read, merge and validate; raise ConfigInvalid with all errors.
+
+    Raises nothing else for anything found on disk: a file that cannot be read,
+    vanishes after listing, is not UTF-8 or is too big is a ConfigError like a
+    bad value, so the daemon keeps its last good config instead of exiting.
+    """
+    files, errors = _discover(location)
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for path in files:
+        doc, problem = read_document(path)
+        if problem is not None:
+            errors.append(problem)
+        elif doc is not None:
+            docs.append((_display(path), doc))
     desired, more = parse(docs)
     errors.extend(more)
     if errors or desired is None:
         raise ConfigInvalid(errors)
-    return LoadedConfig(desired, tuple(str(p) for p in files))
+    return LoadedConfig(desired, tuple(_display(p) for p in files))
+
+
+def daemon_settings(location: Path = DEFAULT_DIR) -> DaemonSpec:
+    """The ``[daemon]`` settings to start with, even when the config as a whole is invalid.
+
+    Logging and the state directory are chosen before the agent loads the config;
+    a broken drop-in must not send the state file to the default directory or drop
+    the log level the admin set. So: every file that reads, merged as usual, and
+    each ``[daemon]`` key that is valid on its own. The errors are the agent's to
+    report (it loads the config itself), so none are returned here.
+    """
+    files, _ = _discover(location)
+    merger = _Merger()
+    for path in files:
+        doc, _problem = read_document(path)
+        if doc is not None:
+            merger.add(_display(path), doc)
+    table = merger.merged.get("daemon")
+    if not isinstance(table, dict):
+        return DaemonSpec()
+    good = {}
+    for key, value in table.items():
+        try:
+            DaemonSpec.model_validate({key: value})
+        except ValidationError:
+            continue
+        good[key] = value
+    return DaemonSpec.model_validate(good)
+
+
+def _display(path: Path) -> str:
+    """A file name safe to print and log: undecodable bytes shown as escapes."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _os_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "cannot read: too many levels of symbolic links (a symlink loop?)"
+    if exc.errno == errno.ENOENT:
+        return "cannot read: no such file or directory (removed, or a dangling symlink)"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
 
 
 def parse(docs: Iterable[tuple[str, dict[str, Any]]]) -> tuple[Desired | None, list[ConfigError]]:
@@ -189,7 +322,10 @@ class _Merger:
                 self._set((key,), file, (key,))
 
     def _add_object(self, file: str, section: str, i: int, item: Any) -> None:
-        objects: list[Any] = self.merged.setdefault(section, [])
+        objects = self.merged.get(section)
+        if not isinstance(objects, list):
+            # An earlier file gave the section a wrong shape; a later list replaces it.
+            objects = self.merged[section] = []
         identity = _identity(section, item)
         index = next(
             (n for n, o in enumerate(objects) if identity and _identity(section, o) == identity),
@@ -202,7 +338,7 @@ class _Merger:
             if isinstance(item, dict):
                 for key in item:
                     self._set((section, index, key), file, (section, i, key))
-            if isinstance(item, dict) and isinstance(item.get("vf"), list):
+            if section == "sriov" and isinstance(item, dict) and isinstance(item.get("vf"), list):
                 objects[index]["vf"] = []
                 for j, vf in enumerate(item["vf"]):
                     self._add_vf(file, index, i, j, vf)
@@ -210,7 +346,8 @@ class _Merger:
         target = objects[index]
         for key, value in item.items():
             if key == "vf" and section == "sriov" and isinstance(value, list):
-                target.setdefault("vf", [])
+                if not isinstance(target.get("vf"), list):
+                    target["vf"] = []  # replaces an earlier wrong shape, as for sections
                 self._set((section, index, "vf"), file, (section, i, "vf"))
                 for j, vf in enumerate(value):
                     self._add_vf(file, index, i, j, vf)
@@ -219,9 +356,7 @@ class _Merger:
                 self._set((section, index, key), file, (section, i, key))
 
     def _add_vf(self, file: str, pf_index: int, file_pf: int, j: int, vf: Any) -> None:
-        vfs: list[Any] = self.merged["sriov"][pf_index].setdefault("vf", [])
-        if not isinstance(vfs, list):
-            return
+        vfs: list[Any] = self.merged["sriov"][pf_index]["vf"]  # callers made it a list
         match = None
         if isinstance(vf, dict) and isinstance(vf.get("index"), int):
             match = next(

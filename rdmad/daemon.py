@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from rdmad import config, logs
+from rdmad import config, logs, state
 from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.clock import SystemClock
 from rdmad.model import DaemonSpec
@@ -26,7 +26,6 @@ log = structlog.get_logger("rdmad.daemon")
 
 EXIT_OK, EXIT_FAIL = 0, 1
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-DEFAULT_STATE_DIR = DaemonSpec().state_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,18 +162,32 @@ def _make_host(dry_run: bool) -> tuple[Host, object]:
 
 
 def _initial_spec(location: Path) -> DaemonSpec:
+    """Logging and state-dir settings from whatever part of the config is readable.
+
+    Never raises: a config that cannot be read or is invalid must not end the
+    daemon (Restart=on-failure would loop on it); the agent reports its errors.
+    """
     try:
-        return config.load(location).desired.daemon
+        return config.daemon_settings(location)
+    except Exception:  # an unforeseen failure: start with defaults, load_config reports it
+        return DaemonSpec()
+
+
+def _load_config(location: Path) -> config.LoadedConfig:
+    """config.load with anything it did not foresee turned into a config error.
+
+    load() reports every problem on disk as ConfigInvalid; this is the last line
+    behind it, because an exception here would end the daemon, and systemd would
+    restart it into the same config again and again.
+    """
+    try:
+        return config.load(location)
     except config.ConfigInvalid:
-        return DaemonSpec()  # the agent reports the errors
-
-
-def _state_dir(spec: DaemonSpec) -> str:
-    # systemd's StateDirectory= says where; an explicit [daemon] state_dir wins.
-    env = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    if spec.state_dir == DEFAULT_STATE_DIR and env:
-        return env
-    return spec.state_dir
+        raise
+    except Exception as exc:
+        raise config.ConfigInvalid(
+            [config.ConfigError(str(location), "", f"cannot be loaded: {exc!r}")]
+        ) from exc
 
 
 async def serve(opts: RunOptions) -> int:
@@ -187,10 +200,10 @@ async def serve(opts: RunOptions) -> int:
     host, kernel = _make_host(opts.dry_run)
     agent = Agent(
         host,
-        lambda: config.load(opts.config),
+        lambda: _load_config(opts.config),
         clock=clock,
         queue=queue,
-        state_store=StateStore(_state_dir(spec)),
+        state_store=StateStore(state.resolve_dir(spec.state_dir)),
         notifier=notifier,
         sources=sources,
         boot_id=read_boot_id(),

@@ -1,21 +1,26 @@
 """The node's live SR-IOV and rxe state, written in rdmad's config format.
 
-"Make what I set by hand persistent" is then one command: `rdmad snapshot >
+"Make what I set by hand persistent" is then one command: `rdmad snapshot -o
 /etc/rdmad/rdmad.d/50-snapshot.toml`. The output is a declaration that plans
-nothing on the node it came from (tested as a round trip).
+nothing on the node it came from (tested as a round trip), and it says what it
+leaves out: a setting the PF driver cannot set, a value the kernel reports as
+unset or that is not a declarable value, VF settings that could not be read.
+Those are comments, never silently dropped and never declared as if settable.
 
 Written by hand rather than with a TOML library: the values are MACs, GUIDs,
 names, integers and booleans, and the file is meant to be read by people, so
-it carries a header and keeps the key order of the example config.
+it carries a header, comments beside the values, and the example config's key order.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from rdmad.model import Observed, PfObserved, VfObserved, VfSettings
+from pydantic import ValidationError
+
+from rdmad.model import NO_DRIVER, Observed, PfObserved, VfObserved, VfSettings, VfSpec
 
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ZERO_MAC = "00:00:00:00:00:00"
@@ -26,6 +31,28 @@ _SETTING_KEYS = (
     "mac", "vlan", "qos", "vlan_proto", "spoofchk", "trust", "link_state",
     "min_tx_rate", "max_tx_rate", "query_rss",
 )  # fmt: skip
+ANY = None  # in UNSETTABLE: every value of the attribute
+
+# VF attributes a PF driver cannot set: written as comments, so the snapshot does not
+# declare what rdmad could never restore. Per driver: attribute -> (values refused,
+# or ANY; why, as the comment says it). Sources: Linux 6.1
+# drivers/net/ethernet/intel/igb/igb_main.c (no ndo_set_vf_link_state and no
+# ndo_set_vf_rss_query_en; igb_ndo_set_vf_vlan refuses all but 802.1Q;
+# igb_ndo_set_vf_bw takes no minimum rate and a maximum only on an 82576 with link
+# up) and the lab's measurements on QEMU's igb (EOPNOTSUPP for link-state and
+# query_rss, EPROTONOSUPPORT for 802.1ad, EINVAL for both rates).
+UNSETTABLE: dict[str, dict[str, tuple[frozenset[object] | None, str]]] = {
+    "igb": {
+        "link_state": (ANY, "igb cannot set it"),
+        "query_rss": (ANY, "igb cannot set it"),
+        "vlan_proto": (frozenset({"802.1ad"}), "igb sets only 802.1Q"),
+        "min_tx_rate": (ANY, "igb has no minimum rate"),
+        "max_tx_rate": (
+            ANY,
+            "igb sets it only on an 82576 with link up; uncomment if this NIC does",
+        ),
+    },
+}
 
 
 def snapshot(observed: Observed, header: str = "") -> str:
@@ -37,6 +64,8 @@ def snapshot(observed: Observed, header: str = "") -> str:
         if link.is_rxe and link.netdev:
             lines += ["", "[[rxe]]", f"name = {_str(link.name)}"]
             lines.append(f"netdev = {{ name = {_str(link.netdev)} }}")
+        elif link.is_rxe:
+            lines += ["", f"# rxe link {link.name} has no netdev now, so it is not declared"]
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
@@ -48,19 +77,30 @@ def _sriov(pf: PfObserved) -> list[str]:
     if pf.netdev and _PCI.match(pf.pci):
         lines[-1] += f"  # {pf.netdev}, driver {pf.driver or 'none'}"
     lines.append(f"numvfs = {pf.numvfs}")
+    lines.extend(_unknown_vfs(pf))
     for vf in pf.vfs:
-        body = list(_vf(vf))
+        body = list(_vf(pf, vf))
         if body:
             lines += ["", "[[sriov.vf]]", f"index = {vf.index}", *body]
     return lines
 
 
-def _vf(vf: VfObserved) -> Iterable[str]:
+def _unknown_vfs(pf: PfObserved) -> Iterator[str]:
+    """Comments for VFs whose settings (or whole device) could not be seen."""
+    seen = {v.index for v in pf.vfs}
+    missing = [i for i in range(pf.numvfs) if i not in seen]
+    if missing:
+        yield f"# VF {_ranges(missing)}: not visible, so nothing of them is declared"
+    unread = [v.index for v in pf.vfs if v.settings is None]
+    if unread:
+        why = pf.settings_note or "the kernel did not report them"
+        yield f"# VF {_ranges(unread)}: settings unknown ({why}), so not declared"
+
+
+def _vf(pf: PfObserved, vf: VfObserved) -> Iterable[str]:
     if vf.settings is not None:
-        yield from _settings(vf.settings)
-    driver = vf.driver_override or vf.driver
-    if driver in EXPLICIT_DRIVERS:
-        yield f"driver = {_str(driver)}"
+        yield from _settings(pf.driver or "", vf.settings)
+    yield from _driver(pf, vf)
     if vf.ib is not None:
         for key in ("node_guid", "port_guid"):
             value = getattr(vf.ib, key)
@@ -70,14 +110,75 @@ def _vf(vf: VfObserved) -> Iterable[str]:
             yield f"policy = {_str(vf.ib.policy)}"
 
 
-def _settings(s: VfSettings) -> Iterable[str]:
+def _driver(pf: PfObserved, vf: VfObserved) -> Iterator[str]:
+    if vf.pci is None or not _PCI.match(vf.pci):
+        return  # not a PCI device yet (or a netdevsim VF): nothing to bind
+    if vf.driver is None:
+        override = vf.driver_override
+        if override and override != NO_DRIVER:
+            yield f"driver = {_str(override)}  # driver_override set, not bound yet"
+        else:
+            yield f"driver = {_str(NO_DRIVER)}  # unbound: rdmad keeps it so (driver_override)"
+    elif vf.driver in EXPLICIT_DRIVERS or vf.driver == vf.driver_override:
+        yield f"driver = {_str(vf.driver)}"
+    elif not pf.drivers_autoprobe:
+        # Without autoprobe a new VF stays unbound: its driver must be declared to come back.
+        yield f"driver = {_str(vf.driver)}  # {pf.pci} has sriov_drivers_autoprobe = 0"
+
+
+def _settings(pf_driver: str, s: VfSettings) -> Iterator[str]:
+    refused = UNSETTABLE.get(pf_driver, {})
+    unreported = []
     for key in _SETTING_KEYS:
         value = getattr(s, key)
-        if value is None or (key == "mac" and value == ZERO_MAC):
-            continue  # unreported, or the "no MAC assigned" marker
+        if key == "mac" and value == ZERO_MAC:
+            continue  # the "no MAC assigned" marker: nothing to restore
         if key in ("qos", "vlan_proto") and not s.vlan:
             continue  # meaningless without a VLAN; the config requires vlan with them
+        if value is None:
+            unreported.append(key)
+            continue
+        if key in refused:
+            values, why = refused[key]
+            if values is ANY or value in values:
+                yield f"# {key} = {_value(value)}  ({why})"
+                continue
+        problem = _undeclarable(key, value, s)
+        if problem:
+            yield f"# {key} reads as {_value(value)}: {problem}; left out"
+            continue
         yield f"{key} = {_value(value)}"
+    if unreported:
+        names = ", ".join(unreported)
+        yield f"# not reported by the driver (reads as unset), so not declared: {names}"
+
+
+def _undeclarable(key: str, value: object, s: VfSettings) -> str:
+    """Why the config would refuse ``key = value`` ("" when it accepts it)."""
+    if key == "min_tx_rate" and s.max_tx_rate and isinstance(value, int) and value > s.max_tx_rate:
+        return f"above max_tx_rate {s.max_tx_rate}"
+    fields: dict[str, object] = {"index": 0, key: value}
+    if key in ("qos", "vlan_proto"):
+        fields["vlan"] = s.vlan
+    try:
+        VfSpec.model_validate(fields)
+    except ValidationError as exc:
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    return ""
+
+
+def _ranges(indexes: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out: list[str] = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(out)
 
 
 def _value(value: object) -> str:

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmad.model import DaemonSpec
 from rdmad.status import HistoryEntry
 
 FILENAME = "state.json"
 VERSION = 1
 HISTORY_KEPT = 200
+DEFAULT_DIR = DaemonSpec().state_dir
 
 
 @dataclass(slots=True)
@@ -71,6 +73,27 @@ class State:
         )
 
 
+def read_state(path: str | os.PathLike[str]) -> tuple[State | None, str | None]:
+    """Read a state file and change nothing: (state, None), (None, None) when there is no
+    file, (None, problem in words) when it cannot be read or is corrupt."""
+    state, problem, _ = _read(Path(path))
+    return state, problem
+
+
+def _read(path: Path) -> tuple[State | None, str | None, bool]:
+    """(state, problem, corrupt): corrupt means the file exists and holds no valid state."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None, False
+    except OSError as exc:
+        return None, f"state file {path} cannot be read ({exc.strerror})", False
+    try:
+        return State.from_json(json.loads(raw)), None, False
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"state file {path} is corrupt ({exc})", True
+
+
 class StateStore:
     """Load and save ``State``; every problem is returned as words, never raised."""
 
@@ -79,23 +102,22 @@ class StateStore:
         self.path = self.directory / filename
 
     def load(self) -> tuple[State | None, str | None]:
-        """(state, None); (None, None) when there is no file yet; (None, problem) when corrupt."""
+        """(state, None); (None, None) when there is no file yet; (None, problem) when corrupt.
+
+        A corrupt file is moved aside (the daemon rebuilds it); ``read_state`` only reads.
+        """
+        state, problem, corrupt = _read(self.path)
+        if problem is None:
+            return state, None
+        if not corrupt:
+            return None, f"{problem}; starting afresh"
+        aside = self.path.with_name(self.path.name + ".corrupt")
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return None, None
-        except OSError as exc:
-            return None, f"state file {self.path} cannot be read ({exc.strerror}); starting afresh"
-        try:
-            return State.from_json(json.loads(raw)), None
-        except (ValueError, KeyError, TypeError) as exc:
-            aside = self.path.with_name(self.path.name + ".corrupt")
-            try:
-                os.replace(self.path, aside)
-                kept = f"kept as {aside}"
-            except OSError as move_exc:
-                kept = f"could not move it aside: {move_exc.strerror}"
-            return None, f"state file {self.path} is corrupt ({exc}); {kept}; rebuilding it"
+            os.replace(self.path, aside)
+            kept = f"kept as {aside}"
+        except OSError as move_exc:
+            kept = f"could not move it aside: {move_exc.strerror}"
+        return None, f"{problem}; {kept}; rebuilding it"
 
     def save(self, state: State) -> str | None:
         """Write atomically; the error in words if that failed (the daemon carries on)."""
@@ -131,3 +153,43 @@ def start_kind(previous: State | None, boot_id: str, problem: str | None) -> str
     if not boot_id or not previous.boot_id:
         return "unknown (no boot_id)"
     return "restart" if previous.boot_id == boot_id else "boot"
+
+
+def resolve_dir(configured: str) -> str:
+    """Where the state lives: systemd's StateDirectory= unless [daemon] state_dir was changed."""
+    env = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if configured == DEFAULT_DIR and env:
+        return env
+    return configured
+
+
+def owned_rxe(state: State | None, boot_id: str) -> frozenset[str]:
+    """The rxe links a run in boot ``boot_id`` may treat as rdmad's, given the saved state.
+
+    Only within the boot that created them: after a reboot none survives and their
+    names may be reused by links someone else made. The agent's start-up applies the
+    same rule (restart vs boot); ``rdmad plan`` uses it to print what the daemon would do.
+    """
+    if state is None or not boot_id or state.boot_id != boot_id:
+        return frozenset()
+    return frozenset(state.managed_rxe)
+
+
+def describe_ownership(path: str | os.PathLike[str], boot_id: str) -> tuple[frozenset[str], str]:
+    """(rxe links rdmad owns, one line saying which state was used and why) for ``rdmad plan``."""
+    state, problem = read_state(path)
+    if problem is not None:
+        return frozenset(), f"state: {problem}: rdmad owns no rxe link"
+    if state is None:
+        return frozenset(), f"state: none at {path}: rdmad owns no rxe link"
+    owned = owned_rxe(state, boot_id)
+    if not boot_id or not state.boot_id:
+        why = "the boot it was written in is unknown"
+        return owned, f"state: {path} ({why}): rdmad owns no rxe link"
+    if state.boot_id != boot_id:
+        return owned, (
+            f"state: {path} is from an earlier boot: rdmad owns no rxe link "
+            "(links are its own only within the boot that created them)"
+        )
+    names = ", ".join(sorted(owned)) or "none"
+    return owned, f"state: {path}, written this boot: rdmad-created rxe links: {names}"

@@ -6,6 +6,7 @@ and plays systemd's side of NOTIFY_SOCKET. Waits are on datagrams with deadlines
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -98,4 +99,52 @@ def test_ready_status_watchdog_reload_and_term(
         log.close()
     text = (tmp_path / "daemon.log").read_text()
     assert "config.invalid" in text and "settle" in text
+    assert (tmp_path / "state" / "state.json").is_file()
+
+
+def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+) -> None:
+    """A non-UTF-8 drop-in used to end `run()` (and Restart=on-failure looped on it)."""
+    cfg, sd, env = daemon_env
+    (cfg / "rdmad.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nlog_level = "debug"\n'
+    )
+    dropin = cfg / "rdmad.d" / "50-latin1.toml"
+    dropin.parent.mkdir()
+    dropin.write_bytes(b'[[rxe]]\nname = "r\xe9seau"\nnetdev = { name = "eth0" }\n')
+    log = (tmp_path / "daemon.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg), "--log-format", "json"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        ready = sd.expect("READY=1")
+        assert "config invalid (1 error(s))" in ready
+        sd.expect("WATCHDOG=1", timeout=5)  # the loop runs on
+        assert proc.poll() is None
+
+        dropin.write_text('[[rxe]]\nname = "reseau"\nnetdev = { name = "rdmad-nonesuch0" }\n')
+        proc.send_signal(signal.SIGHUP)
+        sd.expect("RELOADING=1")
+        ready = sd.expect("READY=1")
+        assert "config invalid" not in ready and "rxe reseau" in ready
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+    events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
+    invalid = [e for e in events if e.get("event") == "config.invalid"]
+    assert [e["error"] for e in invalid] == [
+        f"{dropin}: not UTF-8 text: byte 0xe9 at line 2, column 10; TOML files must be UTF-8"
+    ]
+    # The readable part of the config chose the state dir and the log level.
+    assert any(e.get("level") == "debug" for e in events)
     assert (tmp_path / "state" / "state.json").is_file()

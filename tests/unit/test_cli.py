@@ -11,7 +11,7 @@ import pytest
 
 from rdmad import __version__
 from rdmad.cli import main
-from tests.support.fakesysfs import IGB_PF, MLX5_PF, QEMU_PID, mlx5_node
+from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,10 +115,11 @@ def test_snapshot_round_trip_on_demo_tree(
     assert 'driver = "vfio-pci"' in text  # VF 1, bound by hand
     assert "VF settings not read" in text  # a tree has no netlink: said, not guessed
     assert capsys.readouterr().out == ""  # -o: nothing on stdout
+    assert 'driver = "none"' in text  # VF 3, unbound by hand
     assert main(["plan", "--json", "--root", str(root), "--config", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["actions"] == []
-    assert {o["state"] for o in data["objects"]} == {"converged"}
+    # Converged but for pinning the unbound VF with driver_override (its binding stays).
+    assert [a["what"] for a in data["actions"]] == [f"{MLX5_VFS[3]}: driver unset -> none"]
 
 
 def test_snapshot_to_stdout_and_json(
@@ -131,3 +132,133 @@ def test_snapshot_to_stdout_and_json(
     assert main(["snapshot", "--json", "--root", str(root)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["toml"] == text and data["settings_unknown"] == [MLX5_PF]
+
+
+def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "rdmad.toml").write_text("[daemon]\nsettle = 'soon'\n")
+    d = tmp_path / "rdmad.d"
+    d.mkdir()
+    (d / "10-latin1.toml").write_bytes(b"# caf\xe9\n")
+    (d / "20-dir.toml").mkdir()
+    (d / "30-loop.toml").symlink_to(d / "30-loop.toml")
+    out = subprocess.run(
+        [sys.executable, "-m", "rdmad.cli", "check-config", "--config", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[0] == "rdmad: 4 error(s) in the config:"
+    assert lines[1:] == [
+        f"  {d / '10-latin1.toml'}: not UTF-8 text: byte 0xe9 at line 1, column 6; "
+        "TOML files must be UTF-8",
+        f"  {d / '20-dir.toml'}: is a directory, not a config file",
+        f"  {d / '30-loop.toml'}: cannot read: too many levels of symbolic links (a symlink loop?)",
+        f"  {tmp_path / 'rdmad.toml'}: daemon.settle: not a duration (e.g. '150ms', '5m', '30s'): "
+        "'soon'",
+    ]
+    js = subprocess.run(
+        [sys.executable, "-m", "rdmad.cli", "check-config", "--json", "--config", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert js.returncode == 2
+    errors = json.loads(js.stdout)["errors"]
+    last = (errors[-1]["file"], errors[-1]["path"])
+    assert len(errors) == 4 and last == (str(tmp_path / "rdmad.toml"), "daemon.settle")
+
+
+# --- rdmad plan uses the daemon's saved state, by the daemon's rule --------------------
+
+
+def _state_file(path: Path, boot_id: str, managed: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "boot_id": boot_id, "managed_rxe": managed}))
+    return path
+
+
+@pytest.fixture
+def stale_rxe(demo: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The demo node with an rxe link rxe9 on enp94s0f0 that the config no longer declares."""
+    root, cfg = demo
+    FakeSysfs(root).ib_device("rxe9", None, "52:54:00:ff:fe:12:34:56", netdev="enp94s0f0")
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("boot-2\n")
+    return root, cfg
+
+
+def test_plan_deletes_a_link_rdmad_created_this_boot(
+    stale_rxe: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, cfg = stale_rxe
+    st = _state_file(tmp_path / "state" / "state.json", "boot-2", ["rxe9"])
+    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    out = capsys.readouterr().out
+    assert f"state: {st}, written this boot: rdmad-created rxe links: rxe9" in out
+    assert "[rxe rxe9] rdma link delete rxe9" in out
+
+    assert (
+        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"]["managed_rxe"] == ["rxe9"]
+    assert [a["what"] for a in data["actions"] if a["kind"] == "delete-rxe"] == [
+        "rdma link delete rxe9"
+    ]
+
+
+def test_plan_with_a_state_from_another_boot_deletes_nothing(
+    stale_rxe: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, cfg = stale_rxe
+    st = _state_file(tmp_path / "state.json", "boot-1", ["rxe9"])
+    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    out = capsys.readouterr().out
+    assert f"state: {st} is from an earlier boot: rdmad owns no rxe link" in out
+    assert "rxe9" not in out.split("state:")[1].split("\n", 1)[1]  # no action names it
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (None, "state: none at {st}: rdmad owns no rxe link"),
+        ("{not json", "state: state file {st} is corrupt ("),
+        ('{"version": 1, "managed_rxe": ["rxe9"]}', "state: {st} (the boot it was written in"),
+    ],
+)
+def test_plan_without_a_usable_state_owns_nothing_and_changes_nothing(
+    stale_rxe: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    line: str,
+) -> None:
+    root, cfg = stale_rxe
+    st = tmp_path / "state.json"
+    if content is not None:
+        st.write_text(content)
+    assert (
+        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"]["line"].startswith(line.format(st=st))
+    assert data["state"]["managed_rxe"] == []
+    assert "delete-rxe" not in [a["kind"] for a in data["actions"]]
+    assert (st.read_text() if content is not None else None) == content  # left as it was
+
+
+def test_plan_default_state_is_in_the_configured_state_dir(
+    stale_rxe: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = stale_rxe
+    st = _state_file(tmp_path / "var" / "state.json", "boot-2", ["rxe9"])
+    cfg = tmp_path / "etc"
+    (cfg / "rdmad.d").mkdir(parents=True)
+    (cfg / "rdmad.toml").write_text(f'[daemon]\nstate_dir = "{st.parent}"\n')
+    assert main(["plan", "--json", "--root", str(root), "--config", str(cfg)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["state"]["file"] == str(st) and data["state"]["managed_rxe"] == ["rxe9"]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdmad import config
 from rdmad.config import ConfigInvalid, load
+from rdmad.model import DaemonSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -256,3 +262,268 @@ def test_durations(value: object, seconds: float) -> None:
 
 def test_default_location_constant() -> None:
     assert Path("/etc/rdmad") == config.DEFAULT_DIR
+
+
+# --- files that cannot be read are config errors, never exceptions ----------------------
+
+GOOD = '[[rxe]]\nname = "rxe0"\nnetdev = { name = "eth0" }\n'
+
+
+def test_non_utf8_dropin_is_an_error_naming_file_line_and_byte(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", GOOD)
+    bad = tmp_path / "rdmad.d" / "20-latin1.toml"
+    bad.parent.mkdir()
+    bad.write_bytes(b'[[rxe]]\nname = "caf\xe9"\n')
+    [err] = errors_of(tmp_path)
+    assert err == f"{bad}: not UTF-8 text: byte 0xe9 at line 2, column 12; TOML files must be UTF-8"
+
+
+def test_dropin_that_is_a_directory_fifo_or_dangling_link(tmp_path: Path) -> None:
+    d = tmp_path / "rdmad.d"
+    (d / "10-dir.toml").mkdir(parents=True)
+    os.mkfifo(d / "20-fifo.toml")  # opening it for reading would block without O_NONBLOCK
+    (d / "30-dangling.toml").symlink_to(tmp_path / "gone.toml")
+    errs = errors_of(tmp_path)
+    assert errs == [
+        f"{d / '10-dir.toml'}: is a directory, not a config file",
+        f"{d / '20-fifo.toml'}: is a FIFO, not a config file",
+        f"{d / '30-dangling.toml'}: cannot read: no such file or directory "
+        "(removed, or a dangling symlink)",
+    ]
+
+
+def test_symlink_loops_config_dir_dropin_dir_and_file(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    [err] = errors_of(loop)
+    assert err == f"{loop}: cannot read: too many levels of symbolic links (a symlink loop?)"
+
+    cfg = tmp_path / "etc"
+    cfg.mkdir()
+    (cfg / "rdmad.d").symlink_to(cfg / "rdmad.d")
+    [err] = errors_of(cfg)
+    assert err.startswith(f"{cfg / 'rdmad.d'}: cannot read: too many levels")
+
+    (cfg / "rdmad.d").unlink()
+    (cfg / "rdmad.d").mkdir()
+    (cfg / "rdmad.d" / "a.toml").symlink_to(cfg / "rdmad.d" / "b.toml")
+    (cfg / "rdmad.d" / "b.toml").symlink_to(cfg / "rdmad.d" / "a.toml")
+    errs = errors_of(cfg)
+    assert len(errs) == 2 and all("symlink loop" in e for e in errs)
+
+
+def test_dropin_dir_that_is_a_file_or_unlistable(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.d", "not a directory")
+    [err] = errors_of(tmp_path)
+    assert err == f"{tmp_path / 'rdmad.d'}: cannot read: Not a directory"
+
+
+def test_file_removed_between_listing_and_reading(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", GOOD)
+    gone = write(tmp_path, "rdmad.d/10-gone.toml", GOOD)
+    files = config.config_files(tmp_path)
+    assert gone in files
+    gone.unlink()  # what a package upgrade or an editor's rename does under a reload
+    errs = [config.read_document(p)[1] for p in files]
+    assert [str(e) for e in errs if e is not None] == [
+        f"{gone}: cannot read: no such file or directory (removed, or a dangling symlink)"
+    ]
+
+
+def test_file_over_the_size_limit(tmp_path: Path) -> None:
+    big = write(tmp_path, "rdmad.toml", "# padding\n" * (config.MAX_FILE_BYTES // 10 + 1))
+    assert big.stat().st_size > config.MAX_FILE_BYTES
+    [err] = errors_of(tmp_path)
+    assert err == f"{big}: larger than the 1 MiB limit for a config file"
+
+
+def test_file_at_the_size_limit_is_read(tmp_path: Path) -> None:
+    body = GOOD + "#" * (config.MAX_FILE_BYTES - len(GOOD) - 1) + "\n"
+    write(tmp_path, "rdmad.toml", body)
+    assert load(tmp_path).desired.rxe[0].name == "rxe0"
+
+
+def test_empty_files_declare_nothing(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", "")
+    write(tmp_path, "rdmad.d/10-empty.toml", "")
+    loaded = load(tmp_path)
+    assert len(loaded.files) == 2 and loaded.desired.rxe == () and loaded.desired.sriov == ()
+
+
+def test_nesting_too_deep_for_the_parser(tmp_path: Path) -> None:
+    bad = write(tmp_path, "rdmad.toml", "x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    [err] = errors_of(tmp_path)
+    assert err.startswith(f"{bad}: not valid TOML")
+
+
+def test_hidden_and_other_names_are_not_config_files(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.d/10-a.toml", GOOD)
+    (tmp_path / "rdmad.d" / ".#10-a.toml").symlink_to("user@host.1234")  # an editor's lock
+    write(tmp_path, "rdmad.d/.50-snapshot.toml.tmp", "garbage =")
+    write(tmp_path, "rdmad.d/10-a.toml.dpkg-old", "garbage =")
+    assert load(tmp_path).files == (str(tmp_path / "rdmad.d" / "10-a.toml"),)
+
+
+def test_undecodable_file_name_is_printable(tmp_path: Path) -> None:
+    d = tmp_path / "rdmad.d"
+    d.mkdir()
+    raw = os.path.join(os.fsencode(d), b"10-\xff.toml")
+    with open(raw, "wb") as fh:
+        fh.write(b"[daemon]\nsettle = 'soon'\n")
+    [err] = errors_of(tmp_path)
+    assert "10-\\xff.toml: daemon.settle:" in err
+    err.encode("utf-8")  # printable and loggable as UTF-8: no lone surrogates left
+
+
+def test_main_file_unreadable_without_permission() -> None:
+    """EACCES as an unprivileged reader sees it (root reads anything: a child drops to nobody)."""
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        tmp.chmod(0o755)
+        main = write(tmp, "rdmad.toml", GOOD)
+        main.chmod(0)
+        errs = _errors_as_nobody(tmp)
+        assert errs == [f"{main}: cannot read: Permission denied"]
+    finally:
+        shutil.rmtree(tmp)
+
+
+def _errors_as_nobody(location: Path) -> list[str]:
+    read, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, load, report over the pipe, never return
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            try:
+                load(location)
+                out = ["loaded"]
+            except ConfigInvalid as exc:
+                out = [str(e) for e in exc.errors]
+            os.write(write_end, "\n".join(out).encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read, "rb") as fh:
+        data = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return data.splitlines()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_give_a_config_or_config_errors(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rdmad.toml"
+        path.write_bytes(data)
+        try:
+            load(Path(tmp))
+        except ConfigInvalid as exc:
+            assert exc.errors and all(e.file == str(path) for e in exc.errors)
+
+
+TOML_VALUES = st.recursive(
+    st.none().map(lambda _: 0)
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.text(max_size=20)
+    | st.sampled_from(["02:00:00:00:00:01", "0000:3b:00.0", "none", "report", "apply", "5m"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(
+        st.sampled_from(
+            ["name", "netdev", "pf", "pci", "numvfs", "vf", "index", "mac", "vlan", "driver",
+             "in_use_drift", "rxe", "sriov", "daemon", "settle", "mode", "peermem"]
+        ),
+        inner,
+        max_size=4,
+    ),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["rxe", "sriov", "daemon", "peermem", "x"]),
+                                TOML_VALUES, max_size=3), max_size=3))  # fmt: skip
+def test_any_shapes_merge_into_a_config_or_config_errors(docs: list[dict[str, object]]) -> None:
+    desired, errors = config.parse([(f"f{i}.toml", d) for i, d in enumerate(docs)])
+    assert (desired is None) == bool(errors)
+    assert all(e.file in {f"f{i}.toml" for i in range(len(docs))} for e in errors)
+
+
+# --- in_use_drift and driver = "none" merge like other keys -----------------------------
+
+
+def test_in_use_drift_and_driver_none_merge_by_identity(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+numvfs = 3
+[[sriov.vf]]
+index = 0
+driver = "none"
+[[sriov.vf]]
+index = 1
+in_use_drift = "apply"
+""",
+    )
+    write(
+        tmp_path,
+        "rdmad.d/50-vm-host.toml",
+        """
+[[sriov]]
+pf = { pci = "3b:00.0" }
+in_use_drift = "apply"
+[[sriov.vf]]
+index = 1
+in_use_drift = "report"
+[[sriov.vf]]
+index = 2
+driver = "none"
+""",
+    )
+    [s] = load(tmp_path).desired.sriov
+    assert s.in_use_drift == "apply"
+    assert [(v.index, v.driver, v.in_use_drift) for v in s.vf] == [
+        (0, "none", None),  # unset: follows the PF's "apply"
+        (1, None, "report"),
+        (2, "none", None),
+    ]
+
+
+def test_in_use_drift_bad_value_names_file_and_key(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", '[[sriov]]\npf = { pci = "0000:3b:00.0" }\nnumvfs = 1\n')
+    bad = write(
+        tmp_path,
+        "rdmad.d/10-x.toml",
+        '[[sriov]]\npf = { pci = "0000:3b:00.0" }\nin_use_drift = "always"\n'
+        "[[sriov.vf]]\nindex = 0\nin_use_drift = true\n",
+    )
+    errs = errors_of(tmp_path)
+    assert any(e.startswith(f"{bad}: sriov[0].in_use_drift: ") for e in errs), errs
+    assert any(e.startswith(f"{bad}: sriov[0].vf[0].in_use_drift: ") for e in errs), errs
+
+
+def test_daemon_settings_survive_a_broken_dropin(tmp_path: Path) -> None:
+    """Logging and the state dir are chosen before the agent loads (and rejects) the config."""
+    write(
+        tmp_path,
+        "rdmad.toml",
+        '[daemon]\nstate_dir = "/srv/rdmad-state"\nlog_level = "debug"\nsettle = "soon"\n',
+    )
+    (tmp_path / "rdmad.d").mkdir()
+    (tmp_path / "rdmad.d" / "10-bad.toml").write_bytes(b"[daemon]\nlog_format = '\xff'\n")
+    write(tmp_path, "rdmad.d/20-ok.toml", '[daemon]\nlog_format = "json"\n[[sriov]]\nnumvfs = 1\n')
+    spec = config.daemon_settings(tmp_path)
+    got = (spec.state_dir, spec.log_level, spec.log_format)
+    assert got == ("/srv/rdmad-state", "debug", "json")
+    assert spec.settle == DaemonSpec().settle  # the invalid value falls back to the default
+    assert config.daemon_settings(tmp_path / "missing") == DaemonSpec()
