@@ -84,6 +84,7 @@ class StatusSnapshot:
     start_kind: str = ""  # boot, restart, first-start
     boot_id: str = ""
     pending_actions: tuple[str, ...] = ()  # what a dry run would do / what is still to do
+    config_ok: bool = True  # a valid config was loaded at least once
 
     def count(self, state: ObjectState) -> int:
         return sum(1 for o in self.objects if o.state is state)
@@ -109,7 +110,8 @@ class StatusSnapshot:
                 msg = worst.last_error or worst.message
                 head += f"; {worst.obj}: {msg}"
         if self.config_errors:
-            head += f"; config invalid ({len(self.config_errors)} error(s)), last good kept"
+            kept = "last good kept" if self.config_ok else "no valid config yet: nothing managed"
+            head += f"; config invalid ({len(self.config_errors)} error(s)), {kept}"
         if self.dry_run:
             head = "dry run: " + head
         return head[:400]

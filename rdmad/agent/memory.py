@@ -16,7 +16,7 @@ from rdmad.agent.protocols import ConfigLoader
 from rdmad.config import ConfigInvalid
 from rdmad.model import Desired, Observed, PlanState, UnsupportedKey
 from rdmad.reconcile import declared_objects
-from rdmad.state import State, StateStore, start_kind
+from rdmad.state import State, StateStore, owned_rxe, start_kind
 from rdmad.status import HistoryEntry
 
 log = structlog.get_logger("rdmad.agent")
@@ -117,13 +117,9 @@ class Memory:
             self.record(HistoryEntry(self.shared.clock.wall(), "state-rebuilt", error=problem))
         if previous is None:
             return []
-        if self.start_kind == "restart":
-            # Same boot: links rdmad created are still its own.
-            self.state.managed_rxe = set(previous.managed_rxe)
-        else:
-            # After a reboot nothing rdmad created survives; names may be reused
-            # by someone else's links, which rdmad must not delete.
-            self.state.managed_rxe = set()
+        # Links rdmad created are its own only within the boot that made them (the same
+        # rule `rdmad plan` applies): after a reboot their names may be someone else's.
+        self.state.managed_rxe = set(owned_rxe(previous, self.boot_id))
         self.state.applied = previous.applied
         self.state.last_errors = previous.last_errors
         self.state.history = list(previous.history)

@@ -178,6 +178,7 @@ class Reporter:
                 objects=tuple(reports),
                 config_errors=memory.config_errors if memory is not None else (),
                 config_files=memory.config_files if memory is not None else (),
+                config_ok=memory.config_ok if memory is not None else True,
                 notes=tuple(notes),
                 passes=len(shared.passes),
                 last_pass_at=wall if last is not None else None,

@@ -274,3 +274,14 @@ def test_state_save_failure_is_a_value_not_an_exception(tmp_path: object) -> Non
     blocker.write_text("")
     problem = StateStore(blocker / "sub").save(State())
     assert problem is not None and "not written" in problem
+
+
+async def test_invalid_config_at_start_says_nothing_is_managed(rig: RigFactory) -> None:
+    r = rig(desired(("rxe0", "eth0")))
+    r.cfg.errors = ["rxe[0].netdev: unknown key"]
+    await r.start()
+    await r.idle()
+    line = r.agent.status.current.summary()
+    assert "config invalid (1 error(s)), no valid config yet: nothing managed" in line, line
+    assert r.host.links == {} and r.agent.ready
+    await r.stop()
