@@ -17,11 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.modules import Modules
-from rdmad.kernel.netlink import LinkInfo
+from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.kernel.usage import OpenFiles, libvirt_hostdevs, rdma_device_usage, vf_usage
+from rdmad.kernel.usage import (
+    Libvirt,
+    Namespaces,
+    OpenFiles,
+    rdma_device_usage,
+    rdma_link_usage,
+    vf_usage,
+)
 from rdmad.model import (
-    FREE,
     IbVfSettings,
     ModulesObserved,
     NetdevObserved,
@@ -50,20 +56,10 @@ def observe(
     has_devices = bool(sysfs.sriov_pfs() or sysfs.ib_devices())
     # Walking /proc is the costliest read; skip it when nothing could be held.
     files = OpenFiles.scan(sysfs) if has_devices else OpenFiles()
-    libvirt = libvirt_hostdevs(sysfs) if has_devices else {}
+    libvirt = Libvirt.scan(sysfs) if has_devices else Libvirt()
     if files.unreadable:
         notes.append(f"open files of {len(files.unreadable)} processes could not be read")
-    pfs = tuple(
-        _pf(
-            sysfs,
-            pci,
-            links=links,
-            files=files,
-            libvirt=libvirt,
-            no_netlink_reason=no_netlink_reason,
-        )
-        for pci in sysfs.sriov_pfs()
-    )
+    # RDMA links first: a VF is busy while an RDMA link sits on its netdev.
     if rdma is None:
         rdma_links = _rdma_from_sysfs(sysfs, files)
     else:
@@ -71,10 +67,24 @@ def observe(
             replace(
                 r,
                 driver=r.driver or sysfs.ib_driver(r.name),
-                usage=rdma_device_usage(sysfs, files, r.name) if has_devices else FREE,
+                usage=rdma_link_usage(sysfs, files, r) if has_devices else r.usage,
             )
             for r in rdma
         )
+    namespaces = Namespaces(sysfs)  # asks rtnetlink only if a VF's netdev is hidden
+    pfs = tuple(
+        _pf(
+            sysfs,
+            pci,
+            links=links,
+            files=files,
+            libvirt=libvirt,
+            rdma_links=rdma_links,
+            namespaces=namespaces,
+            no_netlink_reason=no_netlink_reason,
+        )
+        for pci in sysfs.sriov_pfs()
+    )
     mods = Modules(sysfs)
     why_no_modules = mods.loading_disabled_reason()
     if why_no_modules is not None:
@@ -126,12 +136,14 @@ def _pf(
     *,
     links: Mapping[str, LinkInfo] | None,
     files: OpenFiles,
-    libvirt: dict[str, str],
+    libvirt: Libvirt,
+    rdma_links: Sequence[RdmaLinkObserved],
+    namespaces: Namespaces,
     no_netlink_reason: str,
 ) -> PfObserved:
     fn = sysfs.pci_function(pci)
     assert fn is not None
-    netdev = fn.netdevs[0] if fn.netdevs else None
+    netdev = sysfs.own_netdev(fn.netdevs)  # not a representor, not mlx4's second port
     facts = links.get(netdev) if links is not None and netdev is not None else None
     ib_device = fn.ib_devices[0] if fn.ib_devices else None
     settings_note = None
@@ -165,10 +177,10 @@ def _pf(
                 pci=vf_pci,
                 driver=vfn.driver if vfn else None,
                 driver_override=vfn.driver_override if vfn else None,
-                netdev=vfn.netdevs[0] if vfn and vfn.netdevs else None,
+                netdev=sysfs.own_netdev(vfn.netdevs) if vfn else None,
                 settings=settings,
                 ib=ib,
-                usage=vf_usage(sysfs, files, libvirt, vf_pci),
+                usage=vf_usage(sysfs, files, libvirt, vf_pci, rdma_links, namespaces),
             )
         )
     return PfObserved(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,9 @@ NSIM_DEVICES = "sys/bus/netdevsim/devices"
 NSIM_DEBUGFS = "sys/kernel/debug/netdevsim"
 NSIM_DEFAULT_MAX_VFS = 4  # netdevsim's limit until debugfs max_vfs raises it
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# phys_port_name of a switchdev representor: pf0, pf0vf1, pf0sf3, c1pf0vf1 (mlx5, the
+# kernel's devlink port naming); an uplink is p0/p1 or has no phys_port_name at all.
+_REPRESENTOR_PORT = re.compile(r"^(c\d+)?pf\d+((vf|sf)\d+)?$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
 
@@ -192,6 +195,24 @@ class Sysfs:
     def netdev_attr(self, name: str, attr: str) -> str | None:
         return self.read(f"{CLASS_NET}/{name}/{attr}")
 
+    def own_netdev(self, names: Sequence[str]) -> str | None:
+        """The netdev that stands for a PCI function itself, among those under its net/.
+
+        A function can carry several netdevs: a switchdev PF also carries its VF and
+        PF representors (phys_port_name pfNvfM, pfN, pfNsfM, cCpfN...), and mlx4 puts
+        both ports of a card on one function (dev_port 0 and 1). The function's own
+        netdev is the one that is not a representor, lowest dev_port first, then by
+        name so the choice is stable. None when there is none.
+        """
+        candidates = []
+        for name in names:
+            port_name = self.netdev_attr(name, "phys_port_name")
+            if port_name and _REPRESENTOR_PORT.match(port_name):
+                continue
+            dev_port = self.read_int(f"{CLASS_NET}/{name}/dev_port") or 0
+            candidates.append((dev_port, name))
+        return min(candidates)[1] if candidates else None
+
     def netdev_pci(self, name: str) -> str | None:
         """The PCI function behind a netdev; None for virtual devices.
 
@@ -273,6 +294,10 @@ class Sysfs:
     def cmdline(self) -> str:
         return self.read("proc/cmdline") or ""
 
+    def vfio_cdevs(self, pci: str) -> list[str]:
+        """/dev/vfio/devices/vfioN nodes of a device bound to vfio-pci (iommufd's cdev)."""
+        return [f"/dev/vfio/devices/{n}" for n in self.listdir(f"{PCI_DEVICES}/{pci}/vfio-dev")]
+
     def iommu_group_type(self, group: str) -> str | None:
         return self.read(f"sys/kernel/iommu_groups/{group}/type")
 
@@ -299,3 +324,12 @@ class Sysfs:
 
     def comm(self, pid: str) -> str:
         return self.read(f"proc/{pid}/comm") or "?"
+
+    def netns_id(self, rel: str) -> tuple[int, int] | None:
+        """(device, inode) naming the network namespace a file stands for, e.g.
+        ``proc/PID/ns/net`` or ``run/netns/NAME``; None when it cannot be read."""
+        try:
+            st = os.stat(self.path(rel))
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)

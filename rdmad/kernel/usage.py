@@ -1,28 +1,58 @@
 """Who uses a VF or an RDMA device. When it cannot be told, the answer is "in use".
 
 A VF is in use when (FIELD.md):
-* it is bound to vfio-pci and a process holds its /dev/vfio/GROUP open;
-* a libvirt domain lists it as a hostdev (/run/libvirt/qemu/*.xml);
-* its RDMA device has /dev/infiniband/uverbs* handles open;
-* it is bound to a network driver but its netdev is not in this namespace
-  (moved into a container) — we cannot see inside, so it counts as in use.
+* it is bound to vfio-pci and a process holds its /dev/vfio/GROUP (legacy group)
+  or /dev/vfio/devices/vfioN (iommufd cdev, sysfs ``vfio-dev/vfioN``) open; bound to
+  vfio-pci without an iommu_group, nobody can tell: unknown;
+* a libvirt domain lists it as a ``<hostdev>`` or an ``<interface type='hostdev'>``
+  (/run/libvirt/qemu/*.xml); a status file that cannot be parsed: unknown;
+* its own RDMA device has users (/dev/infiniband/uverbs* handles, kernel users);
+* an RDMA link (rxe, siw) sits on its netdev: busy even when nobody holds the
+  link. Destroying the VF under a held rxe link hangs the kernel (igbvf_remove
+  waits in netdev_run_todo forever, measured on 6.1), and kernel users of a link
+  cannot be ruled out on every kernel;
+* it is bound to a network driver but its netdev is not in this namespace (moved
+  into a container): in use, naming the namespace when rtnetlink can find it,
+  unknown otherwise.
 
 Open files are read once per observation (``OpenFiles.scan``): one walk of
-/proc/*/fd serves every VF and RDMA device.
+/proc/*/fd serves every VF and RDMA device. Which namespace a hidden netdev went
+to is looked up only when one is hidden (``Namespaces``: rtnetlink queries and a
+light /proc/*/ns/net pass to name the processes in it).
+
+``vf_usage_now``/``rdma_link_usage_now`` are the same code over a fresh scan, for
+a re-check right before a destructive write.
 """
 
 from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
 PASSTHROUGH_DRIVERS = frozenset({"vfio-pci", "pci-stub"})
+_HELD_PREFIXES = ("/dev/vfio/", "/dev/infiniband/")
+_PIDS_NAMED = 5  # holders name at most this many processes of a namespace
+
+
+def combine(*usages: Usage) -> Usage:
+    """IN_USE beats UNKNOWN beats FREE; holders concatenated in order, without repeats."""
+    state = Use.FREE
+    for u in usages:
+        if u.state is Use.IN_USE or (u.state is Use.UNKNOWN and state is Use.FREE):
+            state = u.state
+    if state is Use.FREE:
+        return FREE
+    holders = dict.fromkeys(h for u in usages if u.state is not Use.FREE for h in u.holders)
+    return Usage(state, tuple(holders))
 
 
 @dataclass
@@ -30,7 +60,7 @@ class OpenFiles:
     """Device node path -> processes holding it, for /dev/vfio and /dev/infiniband."""
 
     holders: dict[str, list[str]] = field(default_factory=dict)
-    unreadable: list[str] = field(default_factory=list)  # pids whose fds could not be read
+    unreadable: list[str] = field(default_factory=list)  # "pid N (comm)" whose fds were unreadable
 
     @classmethod
     def scan(cls, sysfs: Sysfs) -> OpenFiles:
@@ -41,8 +71,8 @@ class OpenFiles:
                 fds = os.listdir(base)
             except FileNotFoundError:
                 continue  # exited meanwhile
-            except PermissionError:
-                found.unreadable.append(pid)
+            except OSError:  # EACCES without CAP_SYS_PTRACE/DAC_READ_SEARCH, or stranger
+                found.unreadable.append(f"pid {pid} ({sysfs.comm(pid)})")
                 continue
             comm = None
             prefix = f"{base}/"  # str joins: pathlib per fd dominated observe() under TCG
@@ -51,7 +81,7 @@ class OpenFiles:
                     target = os.readlink(prefix + fd)
                 except OSError:
                     continue
-                if target.startswith(("/dev/vfio/", "/dev/infiniband/")):
+                if target.startswith(_HELD_PREFIXES):
                     comm = comm or sysfs.comm(pid)
                     found.holders.setdefault(target, []).append(f"pid {pid} ({comm})")
         return found
@@ -59,29 +89,161 @@ class OpenFiles:
     def held(self, node: str) -> list[str]:
         return self.holders.get(node, [])
 
+    def holding(self, nodes: Iterable[str]) -> list[str]:
+        return [f"{h} holds {node}" for node in nodes for h in self.held(node)]
+
+    def unknown(self) -> Usage | None:
+        """UNKNOWN naming the processes whose open files could not be read, if any."""
+        if not self.unreadable:
+            return None
+        more = len(self.unreadable) - 3
+        sample = ", ".join(self.unreadable[:3]) + (f" and {more} more" if more > 0 else "")
+        return Usage(Use.UNKNOWN, (f"open files of {sample} could not be read",))
+
+
+@dataclass
+class Libvirt:
+    """PCI address -> libvirt domain name, from the running domains' status XML."""
+
+    hostdevs: dict[str, str] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)  # status files that did not parse
+
+    @classmethod
+    def scan(cls, sysfs: Sysfs) -> Libvirt:
+        found = cls()
+        base = "run/libvirt/qemu"
+        for entry in sysfs.listdir(base):
+            if not entry.endswith(".xml"):
+                continue
+            try:
+                tree = ET.parse(sysfs.path(f"{base}/{entry}"))
+            except FileNotFoundError:
+                continue  # the domain stopped meanwhile
+            except (ET.ParseError, OSError):
+                found.unreadable.append(f"{base}/{entry}")
+                continue
+            domain = tree.find(".//domain/name")
+            name = domain.text if domain is not None and domain.text else entry[:-4]
+            # <hostdev type='pci'> and <interface type='hostdev'> (SR-IOV NICs); a USB
+            # or SCSI hostdev's address is not a PCI address.
+            sources = [
+                *(h for h in tree.iterfind(".//hostdev") if h.get("type", "pci") == "pci"),
+                *tree.iterfind(".//interface[@type='hostdev']"),
+            ]
+            for addr in (a for h in sources for a in h.iterfind("source/address")):
+                if addr.get("type", "pci") != "pci":
+                    continue
+                try:
+                    pci = "{:04x}:{:02x}:{:02x}.{:x}".format(
+                        *(int(addr.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
+                    )
+                except ValueError:
+                    found.unreadable.append(f"{base}/{entry}")
+                    continue
+                found.hostdevs[pci] = name
+        return found
+
+    def usage(self, pci: str) -> Usage:
+        if pci in self.hostdevs:
+            return Usage(
+                Use.IN_USE, (f"libvirt domain {self.hostdevs[pci]!r} has it as a hostdev",)
+            )
+        if self.unreadable:
+            files = ", ".join("/" + f for f in self.unreadable[:3])
+            return Usage(Use.UNKNOWN, (f"libvirt status {files} could not be read",))
+        return FREE
+
 
 def libvirt_hostdevs(sysfs: Sysfs) -> dict[str, str]:
-    """PCI address -> libvirt domain name, from the running domains' status XML."""
-    out: dict[str, str] = {}
-    base = "run/libvirt/qemu"
-    for entry in sysfs.listdir(base):
-        if not entry.endswith(".xml"):
-            continue
-        try:
-            tree = ET.parse(sysfs.path(f"{base}/{entry}"))
-        except (ET.ParseError, OSError):
-            continue
-        domain = tree.find(".//domain/name")
-        name = domain.text if domain is not None and domain.text else entry[:-4]
-        for addr in tree.iterfind(".//hostdev/source/address"):
+    return Libvirt.scan(sysfs).hostdevs
+
+
+class NetnsBackend(Protocol):
+    """What ``Namespaces`` asks the kernel (``NetnsQuery``; a fake in tests)."""
+
+    def foreign_netdevs(self) -> list[ForeignNetdev]: ...
+
+    def nsid_of(self, ns_file: str) -> int | None: ...
+
+
+class Namespaces:
+    """Where a VF's netdev went when it is not in this namespace; built on first need.
+
+    ``backend`` None: rtnetlink in this namespace (only meaningful for Sysfs("/")).
+    """
+
+    def __init__(self, sysfs: Sysfs, backend: NetnsBackend | None = None) -> None:
+        self.sysfs = sysfs
+        self._backend = backend
+        self._foreign: list[ForeignNetdev] | None = None
+        self._error: str | None = None
+        self._by_nsid: dict[int, list[str]] | None = None
+
+    def _load(self) -> list[ForeignNetdev]:
+        if self._foreign is None:
             try:
-                pci = "{:04x}:{:02x}:{:02x}.{:x}".format(
-                    *(int(addr.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
-                )
-            except ValueError:
-                continue
-            out[pci] = name
-    return out
+                if self._backend is None:
+                    if os.path.realpath(self.sysfs.root) != "/":
+                        raise OSError(
+                            f"namespaces are not looked up for the tree {self.sysfs.root}"
+                        )
+                    self._backend = NetnsQuery()
+                own = self._backend.nsid_of(self.sysfs.path("proc/self/ns/net"))
+                self._foreign = [f for f in self._backend.foreign_netdevs() if f.nsid != own]
+            except (KernelError, OSError) as exc:
+                self._error = str(exc)
+                self._foreign = []
+        return self._foreign
+
+    def usage(self, pci: str, driver: str) -> Usage:
+        hit = next((f for f in self._load() if f.parent == pci), None)
+        if hit is None:
+            why = f"; looking for it failed: {self._error}" if self._error else ""
+            return Usage(
+                Use.UNKNOWN,
+                (
+                    f"bound to {driver} but its netdev is not in this network namespace "
+                    f"and was not found in another{why}",
+                ),
+            )
+        return Usage(
+            Use.IN_USE, (f"netdev {hit.name} is in network namespace {self.label(hit.nsid)}",)
+        )
+
+    def label(self, nsid: int) -> str:
+        """'NAME' (ip netns) or nsid N, with the processes living in it."""
+        self._load()
+        if self._backend is None:
+            return f"nsid {nsid}"
+        names = [
+            repr(n)
+            for n in self.sysfs.listdir("run/netns")
+            if self._backend.nsid_of(self.sysfs.path(f"run/netns/{n}")) == nsid
+        ]
+        label = ", ".join(names) if names else f"nsid {nsid}"
+        pids = self._pids().get(nsid, [])
+        if not pids:
+            return f"{label} (no process in it)"
+        more = len(pids) - _PIDS_NAMED
+        shown = ", ".join(f"pid {p} ({self.sysfs.comm(p)})" for p in pids[:_PIDS_NAMED])
+        return f"{label} ({shown}{f' and {more} more' if more > 0 else ''})"
+
+    def _pids(self) -> dict[int, list[str]]:
+        """nsid -> pids: one stat per pid, one rtnetlink query per distinct namespace."""
+        if self._by_nsid is None:
+            self._by_nsid = {}
+            if self._backend is None:
+                return self._by_nsid
+            groups: dict[tuple[int, int], list[str]] = {}
+            for pid in self.sysfs.pids():
+                ns = self.sysfs.netns_id(f"proc/{pid}/ns/net")
+                if ns is not None:
+                    groups.setdefault(ns, []).append(pid)
+            for pids in groups.values():
+                nsid = self._backend.nsid_of(self.sysfs.path(f"proc/{pids[0]}/ns/net"))
+                if nsid is not None:
+                    self._by_nsid.setdefault(nsid, []).extend(pids)
+        return self._by_nsid
 
 
 def uverbs_nodes(sysfs: Sysfs, ib_device: str) -> list[str]:
@@ -95,55 +257,85 @@ def uverbs_nodes(sysfs: Sysfs, ib_device: str) -> list[str]:
 
 
 def rdma_device_usage(sysfs: Sysfs, files: OpenFiles, ib_device: str) -> Usage:
-    holders = [
-        f"{h} holds {node}" for node in uverbs_nodes(sysfs, ib_device) for h in files.held(node)
-    ]
+    """User-space holders of an RDMA device: its uverbs nodes open in some process."""
+    holders = files.holding(uverbs_nodes(sysfs, ib_device))
     if holders:
         return Usage(Use.IN_USE, tuple(holders))
-    if files.unreadable:
-        return _unknown(files)
-    return FREE
+    return files.unknown() or FREE
 
 
-def vf_usage(sysfs: Sysfs, files: OpenFiles, libvirt: dict[str, str], vf_pci: str) -> Usage:
+def rdma_link_usage(sysfs: Sysfs, files: OpenFiles, link: RdmaLinkObserved) -> Usage:
+    """The link's netlink-derived usage (kernel users, RES_GET) with its uverbs holders."""
+    return combine(link.usage, rdma_device_usage(sysfs, files, link.name))
+
+
+def vf_usage(
+    sysfs: Sysfs,
+    files: OpenFiles,
+    libvirt: Libvirt | dict[str, str],
+    vf_pci: str,
+    rdma_links: Sequence[RdmaLinkObserved] = (),
+    namespaces: Namespaces | None = None,
+) -> Usage:
+    """Everything that holds the VF. ``rdma_links`` carry their usage already combined
+    (``rdma_link_usage``); ``namespaces`` None looks hidden netdevs up over rtnetlink."""
     fn = sysfs.pci_function(vf_pci)
     if fn is None:
         return FREE  # gone: nothing can hold it
-    holders: list[str] = []
-    if vf_pci in libvirt:
-        holders.append(f"libvirt domain {libvirt[vf_pci]!r} has it as a hostdev")
-    if fn.driver in PASSTHROUGH_DRIVERS and fn.iommu_group is not None:
-        for node in (f"/dev/vfio/{fn.iommu_group}", f"/dev/vfio/noiommu-{fn.iommu_group}"):
-            holders.extend(f"{h} holds {node}" for h in files.held(node))
+    if isinstance(libvirt, dict):
+        libvirt = Libvirt(hostdevs=libvirt)
+    found = [libvirt.usage(vf_pci)]
+    if fn.driver == "vfio-pci" and fn.iommu_group is None:
+        found.append(
+            Usage(Use.UNKNOWN, ("bound to vfio-pci without an iommu_group: holders unknown",))
+        )
+    if fn.driver in PASSTHROUGH_DRIVERS:
+        nodes = sysfs.vfio_cdevs(vf_pci)
+        if fn.iommu_group is not None:
+            nodes += [f"/dev/vfio/{fn.iommu_group}", f"/dev/vfio/noiommu-{fn.iommu_group}"]
+        found.append(_held(files.holding(nodes)))
+    own = set(fn.ib_devices)
     for ib in fn.ib_devices:
-        for node in uverbs_nodes(sysfs, ib):
-            holders.extend(f"{h} holds {node}" for h in files.held(node))
-    if holders:
-        return Usage(Use.IN_USE, tuple(holders))
+        link = next((r for r in rdma_links if r.name == ib), None)
+        found.append(link.usage if link is not None else rdma_device_usage(sysfs, files, ib))
+    netdev = sysfs.own_netdev(fn.netdevs)
+    if netdev is not None:
+        ifindex = sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
+        for link in rdma_links:
+            on_netdev = link.netdev == netdev or (
+                ifindex is not None and link.netdev_ifindex == ifindex
+            )
+            if on_netdev and link.name not in own:
+                kind = link.driver or "RDMA"
+                carries = Usage(Use.IN_USE, (f"{netdev} carries {kind} link {link.name}",))
+                found += [carries, link.usage]
     bound_to_kernel_driver = fn.driver is not None and fn.driver not in PASSTHROUGH_DRIVERS
     if bound_to_kernel_driver and not fn.netdevs and not fn.ib_devices:
-        return Usage(
-            Use.UNKNOWN,
-            (
-                f"bound to {fn.driver} but its netdev is not in this network namespace "
-                "(moved into a container?)",
-            ),
-        )
-    if files.unreadable:
-        return _unknown(files)
-    return FREE
+        found.append((namespaces or Namespaces(sysfs)).usage(vf_pci, fn.driver or "?"))
+    usage = combine(*found)
+    if usage.state is Use.FREE:
+        return files.unknown() or FREE
+    return usage
 
 
-def _unknown(files: OpenFiles) -> Usage:
-    sample = ", ".join(files.unreadable[:3])
-    return Usage(Use.UNKNOWN, (f"open files of pid {sample} could not be read (not root?)",))
+def _held(holders: list[str]) -> Usage:
+    return Usage(Use.IN_USE, tuple(holders)) if holders else FREE
 
 
-def vf_usage_now(sysfs: Sysfs, vf_pci: str, rdma_links: Sequence[RdmaLinkObserved] = ()) -> Usage:
-    """A fresh answer for one VF, for the re-check right before a destructive write."""
-    return vf_usage(sysfs, OpenFiles.scan(sysfs), libvirt_hostdevs(sysfs), vf_pci)
+# --- a fresh look right before a destructive write ---------------------------------------------
 
 
 def rdma_link_usage_now(sysfs: Sysfs, link: RdmaLinkObserved) -> Usage:
-    """A fresh answer for one RDMA link, for the re-check right before deleting it."""
-    return rdma_device_usage(sysfs, OpenFiles.scan(sysfs), link.name)
+    """The link's netlink-derived usage combined with a fresh scan of open uverbs files."""
+    return rdma_link_usage(sysfs, OpenFiles.scan(sysfs), link)
+
+
+def vf_usage_now(sysfs: Sysfs, vf_pci: str, rdma_links: Sequence[RdmaLinkObserved] = ()) -> Usage:
+    """Everything holding the VF, from a fresh /proc walk and libvirt read.
+
+    ``rdma_links`` are the links as RDMA netlink reported them (their ``usage`` is the
+    kernel-user view); their uverbs holders are scanned again here.
+    """
+    files = OpenFiles.scan(sysfs)
+    links = [replace(r, usage=rdma_link_usage(sysfs, files, r)) for r in rdma_links]
+    return vf_usage(sysfs, files, Libvirt.scan(sysfs), vf_pci, links)

@@ -7,7 +7,7 @@ from pathlib import Path
 from rdmad.kernel.observe import observe
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import RdmaLinkObserved, Use, VfSettings
+from rdmad.model import RdmaLinkObserved, Usage, Use, VfSettings
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 
 
@@ -109,3 +109,63 @@ def test_modules_disabled_and_no_module_support_are_noted(tmp_path: Path) -> Non
 def test_mlx5_vfs_constant_matches_tree(tmp_path: Path) -> None:
     mlx5_node(tmp_path)
     assert tuple(Sysfs(tmp_path).virtfns(MLX5_PF).values()) == MLX5_VFS
+
+
+def test_rdma_usage_from_netlink_is_combined_with_uverbs_holders(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    fs.process(556, "ib_send_bw", fs.uverbs(0, "mlx5_0"))
+    kernel = Usage(Use.IN_USE, ("kernel user rpcrdma: 2 QPs",))
+    unknown = Usage(Use.UNKNOWN, ("resource tracking could not be read",))
+    rdma = [
+        RdmaLinkObserved("mlx5_0", None, "ibp59s0", 5, usage=kernel),
+        RdmaLinkObserved("mlx5_2", None, None, None, usage=unknown),
+    ]
+    obs = observe(Sysfs(tmp_path), None, rdma)
+    mlx5 = obs.rdma_link("mlx5_0")
+    assert mlx5 is not None and mlx5.usage.holders == (
+        "kernel user rpcrdma: 2 QPs",
+        "pid 556 (ib_send_bw) holds /dev/infiniband/uverbs0",
+    )
+    # RES_GET could not be read for VF0's own device: the VF counts as in use.
+    vf0 = next(p for p in obs.pfs if p.pci == MLX5_PF).vf(0)
+    assert vf0 is not None and vf0.usage == unknown
+
+
+def test_rxe_on_a_vf_netdev_makes_the_vf_in_use_in_observe(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    fs.write(f"sys/devices/pci0000:00/{IGB_PF}/sriov_numvfs", "1")
+    fs.vf(IGB_PF, 0, "0000:5e:10.0", "igbvf", iommu_group=70)
+    fs.netdev("enp94s0v0", "0000:5e:10.0", "02:00:00:00:00:01")
+    fs.ib_device("rxe0", None, "00:00:00:00:00:00:00:01", netdev="enp94s0v0")
+    fs.process(557, "ibv_rc_pingpong", fs.uverbs(1, "rxe0"))
+    for rdma in (None, [RdmaLinkObserved("rxe0", "rxe", "enp94s0v0", None)]):
+        obs = observe(Sysfs(tmp_path), None, rdma)
+        vf0 = next(p for p in obs.pfs if p.pci == IGB_PF).vf(0)
+        assert vf0 is not None and vf0.usage.state is Use.IN_USE
+        assert vf0.usage.holders == (
+            "enp94s0v0 carries rxe link rxe0",
+            "pid 557 (ibv_rc_pingpong) holds /dev/infiniband/uverbs1",
+        )
+
+
+def test_pf_and_vf_netdev_is_the_functions_own_not_a_representor(tmp_path: Path) -> None:
+    fs = FakeSysfs(tmp_path)
+    pf = "0000:3b:00.0"
+    fs.pf(pf, "mlx5_core", totalvfs=4, numvfs=1)
+    # switchdev: VF and PF representors sort before the uplink by name
+    fs.netdev("eth0", pf, "02:00:00:00:01:01", phys_port_name="pf0vf0")
+    fs.netdev("eth1", pf, "02:00:00:00:01:02", phys_port_name="pf0")
+    fs.netdev("eth2", pf, "02:00:00:00:01:03", phys_port_name="c1pf0sf2")
+    fs.netdev("ens1f0np0", pf, "02:00:00:00:01:00", phys_port_name="p0")
+    # mlx4: two ports on one function, port 2 (dev_port 1) sorts first by name
+    vf = "0000:3b:00.2"
+    fs.vf(pf, 0, vf, "mlx4_core", iommu_group=5)
+    fs.netdev("a_port2", vf, "02:00:00:00:02:02", dev_port=1)
+    fs.netdev("b_port1", vf, "02:00:00:00:02:01", dev_port=0)
+    obs = observe(Sysfs(tmp_path))
+    (pfo,) = obs.pfs
+    assert pfo.netdev == "ens1f0np0" and pfo.mac == "02:00:00:00:01:00"
+    assert pfo.vf(0).netdev == "b_port1"  # type: ignore[union-attr]
+    sysfs = Sysfs(tmp_path)
+    assert sysfs.own_netdev(["eth0", "eth1"]) is None  # only representors
+    assert sysfs.own_netdev([]) is None

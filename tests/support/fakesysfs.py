@@ -94,7 +94,16 @@ class FakeSysfs:
         self.link(f"{DEV}/{pf}/virtfn{index}", f"../{bdf}")
         self.link(f"{DEV}/{bdf}/physfn", f"../{pf}")
 
-    def netdev(self, name: str, bdf: str | None, mac: str, up: bool = True) -> None:
+    def netdev(
+        self,
+        name: str,
+        bdf: str | None,
+        mac: str,
+        up: bool = True,
+        *,
+        phys_port_name: str | None = None,
+        dev_port: int = 0,
+    ) -> None:
         base = f"{DEV}/{bdf}/net/{name}" if bdf else f"sys/devices/virtual/net/{name}"
         rel_from_class = "../../" + base.removeprefix("sys/")
         self.link(f"sys/class/net/{name}", rel_from_class)
@@ -102,8 +111,24 @@ class FakeSysfs:
         self.write(f"{base}/ifindex", str(self._next_ifindex()))
         self.write(f"{base}/flags", "0x1003" if up else "0x1002")
         self.write(f"{base}/operstate", "up" if up else "down")
+        self.write(f"{base}/dev_port", str(dev_port))
+        if phys_port_name is not None:
+            self.write(f"{base}/phys_port_name", phys_port_name)
         if bdf:
             self.link(f"{base}/device", f"../../../{bdf}")
+
+    def vfio_cdev(self, bdf: str, index: int) -> str:
+        """iommufd's per-device node: BDF/vfio-dev/vfioN <-> /dev/vfio/devices/vfioN."""
+        (self.root / f"{DEV}/{bdf}/vfio-dev/vfio{index}").mkdir(parents=True, exist_ok=True)
+        return f"/dev/vfio/devices/vfio{index}"
+
+    def libvirt_domain(self, name: str, devices_xml: str) -> None:
+        """A running domain's status file as libvirt keeps it in /run/libvirt/qemu."""
+        self.write(
+            f"run/libvirt/qemu/{name}.xml",
+            f"<domstatus><domain><name>{name}</name><devices>{devices_xml}"
+            "</devices></domain></domstatus>",
+        )
 
     def _next_ifindex(self) -> int:
         self._ifindex += 1

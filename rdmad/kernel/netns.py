@@ -1,0 +1,187 @@
+"""Netdevs that live in other network namespaces, seen from this one without entering them.
+
+A VF whose netdev was moved into a container or an ``ip netns`` namespace vanishes
+from this namespace's sysfs; to say *where* it went (a holder an operator can act
+on), rdmad asks rtnetlink in its own namespace:
+
+* ``RTM_GETNSID`` (dump) lists the ids this namespace has for its peers. The kernel
+  assigns one when a device is moved out (``__dev_change_net_namespace`` announces
+  the move with the new namespace's id), so a moved VF's namespace always has one.
+* ``RTM_GETLINK`` with ``IFLA_TARGET_NETNSID`` dumps the links of that peer; since
+  kernel 5.14 each carries ``IFLA_PARENT_DEV_NAME`` (the PCI address for a PCI
+  function's netdev).
+* ``RTM_GETNSID`` with ``NETNSA_FD`` maps a namespace file (``/run/netns/NAME``,
+  ``/proc/PID/ns/net``) to its id, to name the namespace.
+
+No ``setns()``: rdmad's unit runs with ``RestrictNamespaces=yes``, and entering a
+namespace from a daemon thread is a side effect nobody needs. Hand-written because
+these three small synchronous queries are all that is needed and pyroute2's IPRoute
+would pull its whole package into the daemon (see ``pyroute2_lean``); nothing here
+writes to the kernel (no ``RTM_NEWNSID``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rdmad.kernel.errors import KernelError
+
+NETLINK_ROUTE = 0
+RTM_GETLINK = 18
+RTM_GETNSID = 90
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NETNSA_NSID = 1
+NETNSA_FD = 3
+IFLA_IFNAME = 3
+IFLA_TARGET_NETNSID = 46
+IFLA_PARENT_DEV_NAME = 56
+IFLA_PARENT_DEV_BUS_NAME = 57
+
+_NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_NLA = struct.Struct("=HH")  # len, type
+_IFINFO = struct.Struct("=BxHiII")  # family, type, index, flags, change
+_RTGEN = struct.Struct("=Bxxx")  # rtgenmsg padded to 4
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignNetdev:
+    nsid: int  # this namespace's id for the namespace the netdev lives in
+    name: str
+    parent: str | None  # parent device, e.g. the VF's PCI address
+    parent_bus: str | None  # "pci", ...
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    raw = _NLA.pack(_NLA.size + len(payload), kind) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def _attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
+    offset = 0
+    while offset + _NLA.size <= len(data):
+        length, kind = _NLA.unpack_from(data, offset)
+        if length < _NLA.size:
+            return
+        yield kind & 0x3FFF, data[offset + _NLA.size : offset + length]
+        offset += (length + 3) & ~3
+
+
+def _text(payload: bytes) -> str:
+    return payload.split(b"\0", 1)[0].decode(errors="replace")
+
+
+class NetnsQuery:
+    """One rtnetlink socket in this namespace for the queries above (use as a context)."""
+
+    def __init__(self, timeout: float = 2.0) -> None:
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        self._sock.settimeout(timeout)
+        self._sock.bind((0, 0))
+        self._seq = 0
+
+    def __enter__(self) -> NetnsQuery:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _request(self, kind: int, flags: int, body: bytes) -> Iterator[bytes]:
+        """Send one request; yield each reply's payload (after the netlink header)."""
+        self._seq += 1
+        seq = self._seq
+        self._sock.send(_NLMSG.pack(_NLMSG.size + len(body), kind, flags, seq, 0) + body)
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError as exc:
+                raise KernelError("rtnetlink query", str(kind), exc.errno or 0, str(exc)) from exc
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, mtype, _, mseq, _ = _NLMSG.unpack_from(data, offset)
+                payload = data[offset + _NLMSG.size : offset + length]
+                offset += (length + 3) & ~3
+                if mseq != seq:
+                    continue
+                if mtype == NLMSG_DONE:
+                    return
+                if mtype == NLMSG_ERROR:
+                    (code,) = struct.unpack_from("=i", payload)
+                    if code == 0:
+                        return  # an ACK
+                    raise KernelError("rtnetlink query", str(kind), -code, os.strerror(-code))
+                yield payload
+                if not flags & NLM_F_DUMP:
+                    return
+
+    def nsids(self) -> list[int]:
+        """The ids this namespace has assigned to its peers."""
+        out = []
+        for payload in self._request(RTM_GETNSID, NLM_F_REQUEST | NLM_F_DUMP, _RTGEN.pack(0)):
+            for kind, value in _attrs(payload[_RTGEN.size :]):
+                if kind == NETNSA_NSID:
+                    nsid = struct.unpack("=i", value[:4])[0]
+                    if nsid >= 0:
+                        out.append(nsid)
+        return sorted(set(out))
+
+    def nsid_of(self, ns_file: str) -> int | None:
+        """This namespace's id for the namespace ``ns_file`` stands for; None if it has none."""
+        try:
+            fd = os.open(ns_file, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            body = _RTGEN.pack(0) + _attr(NETNSA_FD, struct.pack("=I", fd))
+            for payload in self._request(RTM_GETNSID, NLM_F_REQUEST, body):
+                for kind, value in _attrs(payload[_RTGEN.size :]):
+                    if kind == NETNSA_NSID:
+                        nsid = int(struct.unpack("=i", value[:4])[0])
+                        return nsid if nsid >= 0 else None
+        except KernelError as exc:
+            if exc.errno in (errno.EINVAL, errno.EBADF):
+                return None  # not a network namespace file
+            raise
+        finally:
+            os.close(fd)
+        return None
+
+    def netdevs_in(self, nsid: int) -> list[ForeignNetdev]:
+        body = _IFINFO.pack(0, 0, 0, 0, 0) + _attr(IFLA_TARGET_NETNSID, struct.pack("=i", nsid))
+        out = []
+        for payload in self._request(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, body):
+            found = dict(_attrs(payload[_IFINFO.size :]))
+            name = found.get(IFLA_IFNAME)
+            if name is None:
+                continue
+            parent = found.get(IFLA_PARENT_DEV_NAME)
+            bus = found.get(IFLA_PARENT_DEV_BUS_NAME)
+            out.append(
+                ForeignNetdev(
+                    nsid=nsid,
+                    name=_text(name),
+                    parent=_text(parent) if parent is not None else None,
+                    parent_bus=_text(bus) if bus is not None else None,
+                )
+            )
+        return out
+
+    def foreign_netdevs(self) -> list[ForeignNetdev]:
+        """Every netdev in every peer namespace this one has an id for."""
+        out = []
+        for nsid in self.nsids():
+            try:
+                out.extend(self.netdevs_in(nsid))
+            except KernelError:
+                continue  # the namespace went away between the two queries
+        return out
