@@ -198,17 +198,15 @@ async def test_set_vf_settings_missing_link(netns: str) -> None:
     assert res.error is not None and res.error.errno == errno.ENODEV
 
 
-async def test_links_is_fast_with_many_links(netns: str) -> None:
+async def test_links_lists_every_link_of_a_large_namespace(netns: str) -> None:
+    # A multi-part dump: every link comes back, each once (its cost is bench/'s business).
     batch = "".join(f"link add rdm{i} type veth peer name rdn{i}\n" for i in range(100))
     subprocess.run(["ip", "-n", netns, "-batch", "-"], input=batch, text=True, check=True)
-    loop = asyncio.get_running_loop()
     async with RtNetlink(netns) as rt:
-        await rt.links()
-        start = loop.time()
         links = await rt.links()
-        elapsed = loop.time() - start
-    assert len(links) == 201
-    assert elapsed < 0.5, f"links() with 201 links took {elapsed:.3f}s"
+    names = [link.name for link in links]
+    assert len(names) == 201 and len(set(names)) == 201
+    assert {f"rdm{i}" for i in range(100)} | {f"rdn{i}" for i in range(100)} <= set(names)
 
 
 async def test_pf_addressed_by_ifindex_and_read_one_link(netns: str) -> None:
