@@ -64,6 +64,7 @@ PF_UP_DRIVERS = frozenset({"bnxt_en"})
 # VfSpec attributes that travel in rtnetlink IFLA_VFINFO_LIST, in VfSettings order.
 NETLINK_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(VfSettings))
 IB_ATTRS: tuple[str, ...] = ("node_guid", "port_guid", "policy")
+DEFAULT_VLAN_PROTO = "802.1Q"
 
 
 def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
@@ -211,6 +212,11 @@ def _netlink_changes(
     wanted = [(a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None]
     if not wanted:
         return [], []
+    implied = spec.vlan is not None and spec.vlan_proto is None
+    if implied:
+        # A VLAN declared without a protocol means 802.1Q, as with `ip link set ... vlan V`
+        # and systemd-networkd; a VF reading another (or an unknown) one is moved to it.
+        wanted.append(("vlan_proto", DEFAULT_VLAN_PROTO))
     if vf.settings is None:
         why = pf.settings_note or "the kernel did not report them"
         return [], [Waiting(obj, f"settings of VF {vf.index} are unknown: {why}")]
@@ -219,8 +225,8 @@ def _netlink_changes(
     refused = {k: k for k in state.unsupported if k.pci == pf.pci and k.vf == vf.index}
     for attr, new in wanted:
         old = getattr(vf.settings, attr)
-        if old == new:
-            continue
+        if old == new or (implied and attr == "vlan_proto" and old is None):
+            continue  # equal, or a default the kernel does not report (nothing to compare)
         key = UnsupportedKey(pf.pci, pf.driver or "", vf.index, attr, format_value(new))
         if key in refused:
             said = refused[key].error or "refused"

@@ -143,6 +143,10 @@ def _settings(pf_driver: str, s: VfSettings) -> Iterator[str]:
             if values is ANY or value in values:
                 yield f"# {key} = {_value(value)}  ({why})"
                 continue
+        if key == "vlan_proto" and value not in ("802.1Q", "802.1ad"):
+            # The planner reads a vlan declared without a protocol as 802.1Q.
+            yield f"# vlan_proto reads as {_value(value)} (unknown); vlan alone means 802.1Q"
+            continue
         problem = _undeclarable(key, value, s)
         if problem:
             yield f"# {key} reads as {_value(value)}: {problem}; left out"

@@ -365,6 +365,25 @@ def test_no_rdma_netlink_blocks_rxe() -> None:
 # --- safety rules: drift on in-use VFs, refused attributes, unbound VFs, ambiguity -------
 
 
+@pytest.mark.parametrize(
+    ("current", "planned"), [("802.1ad", True), ("0x0000", True), (None, False)]
+)
+def test_vlan_without_protocol_means_802_1q(current: str | None, planned: bool) -> None:
+    p = pf(numvfs=1)
+    vf0 = p.vfs[0]
+    assert vf0.settings is not None
+    vf0 = dataclasses.replace(
+        vf0, settings=dataclasses.replace(vf0.settings, vlan=100, vlan_proto=current)
+    )
+    d = desired(sriov=[sriov(1, {"index": 0, "vlan": 100})])
+    actions = plan(d, node(dataclasses.replace(p, vfs=(vf0,))), PlanState())
+    changes = [c for a in actions if isinstance(a, SetVfSettings) for c in a.changes]
+    if planned:
+        assert [(c.attr, c.old, c.new) for c in changes] == [("vlan_proto", current, "802.1Q")]
+    else:
+        assert changes == []  # not reported by the kernel: nothing to compare
+
+
 def test_pf_matched_by_mac_of_two_pfs_is_blocked() -> None:
     other = dataclasses.replace(pf(), pci="0000:3b:00.1", netdev="ens1f1")
     d = desired(sriov=[sriov(2, ref={"mac": "52:54:00:00:00:01"})])

@@ -18,6 +18,7 @@ from rdmad.model import (
     PfObserved,
     PlanState,
     RdmaLinkObserved,
+    SetVfSettings,
     VfObserved,
     VfSettings,
 )
@@ -215,9 +216,12 @@ def test_unset_and_undeclarable_values_are_left_out_with_a_comment() -> None:
     p = dataclasses.replace(netdevsim_pf(), vfs=(VfObserved(0, "netdevsim1/vf0", settings=odd),),
                             numvfs=1)  # fmt: skip
     text, actions = round_trip(node(p))
-    assert actions == []
+    # The one change: a vlan declared without a protocol is 802.1Q, an unknown one is not kept.
+    [action] = actions
+    assert isinstance(action, SetVfSettings)
+    assert [(c.attr, c.old, c.new) for c in action.changes] == [("vlan_proto", "0x0000", "802.1Q")]
     assert '# mac reads as "01:00:5e:00:00:01": not a unicast MAC' in text
-    assert '# vlan_proto reads as "0x0000": ' in text
+    assert '# vlan_proto reads as "0x0000" (unknown); vlan alone means 802.1Q' in text
     assert '# link_state reads as "3": ' in text
     assert "# min_tx_rate reads as 500: above max_tx_rate 100; left out" in text
     assert "so not declared: spoofchk, trust, query_rss" in text
