@@ -234,6 +234,47 @@ def test_vf_in_use_is_untouched_in_every_way_and_its_rebind_deferred(rdmad_guest
     wait_vfs(g, pf_netdev, {0: want[0]})
 
 
+def test_drift_on_an_in_use_vf_is_reported_and_left_alone_unless_opted_in(
+    rdmad_guest: Guest,
+) -> None:
+    """A VM's VF whose MAC was changed by hand: rdmad says so once and leaves it, since a
+    rewrite resets the VF under the VM on several drivers; in_use_drift = "apply" opts in."""
+    g = rdmad_guest
+    pf = g.igb_pf()
+    pf_netdev = g.pci_netdevs(pf)[0]
+    want = {0: {"mac": "02:00:00:00:0a:00"}, 1: {"mac": "02:00:00:00:0a:01", "driver": "vfio-pci"}}
+    cfg = f'[daemon]\ndrift_interval = "2s"\n{DEBUG_LOG}\n\n'
+    start(g, sriov_toml(f'{{ pci = "{pf}" }}', 2, want, cfg))
+    wait_vfs(g, pf_netdev, {i: {"mac": v["mac"]} for i, v in want.items()})
+    vf1 = g.vf_bdfs(pf)[1]
+    g.wait_for(f'[ "$(basename $(readlink {g.pci_path(vf1, "driver")}))" = vfio-pci ]', 60)
+    group = int(g.check(f"basename $(readlink {g.pci_path(vf1, 'iommu_group')})"))
+    unit, pid = g.hold_open(f"/dev/vfio/{group}")
+    try:
+        hand = "02:00:00:00:0a:99"
+        g.check(f"ip link set dev {pf_netdev} vf 1 mac {hand}")
+        g.wait_for("systemctl show -p StatusText --value rdmad | grep -q 'drift-on-in-use-vf'", 60)
+        text = status(g)
+        assert f"mac {hand} (declared {want[1]['mac']})" in text, text
+        assert f"pid {pid} (sleep)" in text, text
+        wait_passes(g, 2)  # rdmad looked again (drift) and still left it alone
+        assert vf_matches(vf_entries(g, pf_netdev)[1], {"mac": hand})
+        assert not [h for h in history(g) if applied(f"{pf_netdev} vf 1 mac")(h)]
+        said = [ln for ln in journal(g).splitlines() if "event=object.drift-in-use" in ln]
+        assert len(said) == 1 and f"pid {pid}" in said[0], said
+
+        # Opted in: the declared MAC is written although the VF is in use; the holder lives.
+        opted = sriov_toml(f'{{ pci = "{pf}" }}', 2, want, cfg).replace(
+            "numvfs = 2", 'numvfs = 2\nin_use_drift = "apply"'
+        )
+        reload(g, opted)
+        wait_vfs(g, pf_netdev, {1: {"mac": want[1]["mac"]}})
+        history_entries(g, applied(f"{pf_netdev} vf 1 mac: {hand} -> {want[1]['mac']}"))
+        assert g.unit_pid(unit) == pid and g.numvfs(pf) == 2
+    finally:
+        g.stop_unit(unit)
+
+
 # --- netdevsim: the full attribute set, 4 -> 2 through 0 ----------------------------------------
 
 NSIM_ID = 12
