@@ -1,0 +1,218 @@
+"""Actions: one kernel change each, with the object it belongs to and a reason a human
+can read. ``Blocked``, ``Waiting`` and the per-VF notes change nothing; they say why an
+object is not converged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+# --- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One step of a plan. ``obj`` names the declared object, e.g. 'sriov 0000:3b:00.0'."""
+
+    obj: str
+    reason: str
+    kind: ClassVar[str] = "action"
+    changes_kernel: ClassVar[bool] = True
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class SetNumVfs(Action):
+    pci: str = ""
+    old: int = 0
+    new: int = 0
+    kind: ClassVar[str] = "set-numvfs"
+
+    def describe(self) -> str:
+        return f"{self.pci}: sriov_numvfs {self.old} -> {self.new}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetLinkUp(Action):
+    """Bring a PF netdev up: some drivers create VFs only while the PF is up."""
+
+    netdev: str = ""
+    kind: ClassVar[str] = "set-link-up"
+
+    def describe(self) -> str:
+        return f"ip link set {self.netdev} up"
+
+
+@dataclass(frozen=True, slots=True)
+class VfChange:
+    vf: int
+    attr: str  # a VfSettings field name
+    old: object
+    new: object
+
+
+@dataclass(frozen=True, slots=True)
+class SetVfSettings(Action):
+    """Per-VF rtnetlink settings of one PF, meant to go out as one batched message."""
+
+    pci: str = ""
+    pf_netdev: str = ""
+    pf_ifindex: int | None = None  # the PF is addressed by ifindex: names can change
+    changes: tuple[VfChange, ...] = ()
+    kind: ClassVar[str] = "set-vf"
+
+    def describe(self) -> str:
+        parts = [
+            f"vf {c.vf} {c.attr} {format_value(c.old)} -> {format_value(c.new)}"
+            for c in self.changes
+        ]
+        return f"{self.pf_netdev} ({self.pci}): " + ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SetIbVf(Action):
+    """Write IB node/port GUID and policy; they take effect after the VF is re-bound."""
+
+    pci: str = ""
+    ib_device: str = ""
+    vf: int = 0
+    vf_pci: str = ""
+    changes: tuple[VfChange, ...] = ()
+    rebind: bool = False  # unbind + bind the VF so new GUIDs take effect
+    vf_driver: str | None = None  # the VF's driver when planned (what the rebind unbinds)
+    kind: ClassVar[str] = "set-ib-vf"
+
+    def describe(self) -> str:
+        parts = [f"{c.attr} {format_value(c.old)} -> {format_value(c.new)}" for c in self.changes]
+        then = f", then rebind {self.vf_pci}" if self.rebind else ""
+        return f"{self.ib_device} vf {self.vf}: " + ", ".join(parts) + then
+
+
+@dataclass(frozen=True, slots=True)
+class BindVfDriver(Action):
+    """Bind a VF to ``new`` (or keep it unbound when ``new`` is NO_DRIVER) via driver_override."""
+
+    vf_pci: str = ""
+    old: str | None = None  # the VF's driver when planned
+    new: str = ""
+    override_old: str | None = None  # driver_override when planned
+    load_module: bool = False  # the driver's module was not loaded when planned
+    kind: ClassVar[str] = "bind-vf"
+
+    def describe(self) -> str:
+        return f"{self.vf_pci}: driver {format_value(self.old)} -> {self.new}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadModule(Action):
+    module: str = ""
+    kind: ClassVar[str] = "load-module"
+
+    def describe(self) -> str:
+        return f"modprobe {self.module}"
+
+
+@dataclass(frozen=True, slots=True)
+class AddRxe(Action):
+    name: str = ""
+    netdev: str = ""
+    kind: ClassVar[str] = "add-rxe"
+
+    def describe(self) -> str:
+        return f"rdma link add {self.name} type rxe netdev {self.netdev}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRxe(Action):
+    name: str = ""
+    netdev: str | None = None  # where the link was when planned
+    kind: ClassVar[str] = "delete-rxe"
+
+    def describe(self) -> str:
+        return f"rdma link delete {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked(Action):
+    """Something must not or cannot be done; says why and who holds it."""
+
+    kind: ClassVar[str] = "blocked"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"blocked: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting(Action):
+    """Nothing to do yet: the kernel has not shown what the object needs."""
+
+    kind: ClassVar[str] = "waiting"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"waiting: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class _VfNote(Action):
+    """A note about one VF attribute that leaves the rest of the object converged."""
+
+    vf: int = 0
+    attr: str = ""
+    changes_kernel: ClassVar[bool] = False
+    label: ClassVar[str] = ""
+
+    def describe(self) -> str:
+        return f"{self.label}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported(_VfNote):
+    """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
+
+    kind: ClassVar[str] = "unsupported"
+    label: ClassVar[str] = "unsupported"
+
+
+@dataclass(frozen=True, slots=True)
+class InUseDrift(_VfNote):
+    """A VF in use differs from its declaration; left alone unless in_use_drift = "apply"."""
+
+    kind: ClassVar[str] = "drift-in-use"
+    label: ClassVar[str] = "drift on in-use VF"
+
+
+def action_touches(action: Action) -> frozenset[str]:
+    """Names an action depends on: netdev and RDMA names, PCI addresses, "ifindex:N".
+
+    An event that renames or removes one of them makes the action stale (the agent
+    re-observes before applying it); events about anything else leave it alone.
+    """
+    names: set[str | None] = set()
+    if isinstance(action, SetNumVfs):
+        names = {action.pci}
+    elif isinstance(action, SetLinkUp):
+        names = {action.netdev}
+    elif isinstance(action, SetVfSettings):
+        names = {action.pci, action.pf_netdev}
+        if action.pf_ifindex is not None:
+            names.add(f"ifindex:{action.pf_ifindex}")
+    elif isinstance(action, SetIbVf):
+        names = {action.pci, action.ib_device, action.vf_pci}
+    elif isinstance(action, BindVfDriver):
+        names = {action.vf_pci}
+    elif isinstance(action, AddRxe | DeleteRxe):
+        names = {action.name, action.netdev}
+    return frozenset(n for n in names if n)
+
+
+def format_value(value: object) -> str:
+    """How a setting reads in plans and logs: None is 'unset', booleans are on/off."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)

@@ -1,0 +1,168 @@
+"""What is declared: pydantic models that are the config schema, so validation (every
+error with its key path) comes from the schema itself."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from rdmad.model.values import (
+    AnyMac,
+    Guid,
+    IbPolicy,
+    IfName,
+    InUseDriftPolicy,
+    LinkState,
+    PciAddress,
+    RdmaName,
+    UnicastMac,
+    VlanProto,
+    parse_duration,
+)
+
+# --- desired state (the config schema) ----------------------------------------------
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+def _one_of(model: BaseModel, keys: tuple[str, ...], what: str) -> None:
+    given = [k for k in keys if getattr(model, k) is not None]
+    if len(given) != 1:
+        raise ValueError(f"{what} needs exactly one of {', '.join(keys)}; got {len(given)}")
+
+
+class NetdevRef(_Spec):
+    """How to find a netdev: by name, permanent/current MAC, or PCI address."""
+
+    name: IfName | None = None
+    mac: AnyMac | None = None
+    pci: PciAddress | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> NetdevRef:
+        _one_of(self, ("name", "mac", "pci"), "a netdev reference")
+        return self
+
+    def describe(self) -> str:
+        if self.name is not None:
+            return f"netdev {self.name}"
+        if self.mac is not None:
+            return f"netdev with MAC {self.mac}"
+        return f"netdev of PCI {self.pci}"
+
+
+class PfRef(NetdevRef):
+    """How to find a physical function; same keys as a netdev reference."""
+
+    def key(self) -> str:
+        """Identity for merging drop-ins and naming the object in status."""
+        if self.pci is not None:
+            return f"pci={self.pci}"
+        if self.name is not None:
+            return f"name={self.name}"
+        return f"mac={self.mac}"
+
+    def describe(self) -> str:
+        if self.pci is not None:
+            return f"PF {self.pci}"
+        if self.name is not None:
+            return f"PF {self.name}"
+        return f"PF with MAC {self.mac}"
+
+
+class VfSpec(_Spec):
+    """Declared settings of one VF; an attribute left out is never touched."""
+
+    index: int = Field(ge=0, le=4095)
+    mac: UnicastMac | None = None
+    vlan: int | None = Field(default=None, ge=0, le=4094)
+    qos: int | None = Field(default=None, ge=0, le=7)
+    vlan_proto: VlanProto | None = None
+    spoofchk: bool | None = None
+    trust: bool | None = None
+    link_state: LinkState | None = None
+    min_tx_rate: int | None = Field(default=None, ge=0)
+    max_tx_rate: int | None = Field(default=None, ge=0)
+    query_rss: bool | None = None
+    # A kernel driver name, or "none" to keep the VF unbound.
+    driver: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
+    in_use_drift: InUseDriftPolicy | None = None  # None: the PF's setting
+    node_guid: Guid | None = None
+    port_guid: Guid | None = None
+    policy: IbPolicy | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> VfSpec:
+        if (self.qos is not None or self.vlan_proto is not None) and self.vlan is None:
+            raise ValueError("qos and vlan_proto need vlan to be set as well")
+        if (
+            self.min_tx_rate is not None
+            and self.max_tx_rate is not None
+            and self.max_tx_rate != 0
+            and self.min_tx_rate > self.max_tx_rate
+        ):
+            raise ValueError(
+                f"min_tx_rate {self.min_tx_rate} is above max_tx_rate {self.max_tx_rate}"
+            )
+        return self
+
+
+class SriovSpec(_Spec):
+    pf: PfRef
+    numvfs: int = Field(ge=0, le=4096)
+    driver_guard: bool = True
+    in_use_drift: InUseDriftPolicy = "report"
+    vf: tuple[VfSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _vf_indexes(self) -> SriovSpec:
+        seen: set[int] = set()
+        problems = []
+        for v in self.vf:
+            if v.index in seen:
+                problems.append(f"VF index {v.index} is declared twice")
+            seen.add(v.index)
+            if v.index >= self.numvfs:
+                problems.append(
+                    f"VF index {v.index} does not exist with numvfs = {self.numvfs} "
+                    f"(indexes run 0..{self.numvfs - 1})"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def obj(self) -> str:
+        return f"sriov {self.pf.key()}"
+
+
+class RxeSpec(_Spec):
+    name: RdmaName
+    netdev: NetdevRef
+
+    @property
+    def obj(self) -> str:
+        return f"rxe {self.name}"
+
+
+class PeermemSpec(_Spec):
+    mode: Literal["auto", "require", "off"] = "auto"
+
+
+class DaemonSpec(_Spec):
+    drift_interval: Annotated[float, Field(ge=1.0), BeforeValidator(parse_duration)] = 300.0
+    settle: Annotated[float, Field(le=10.0), BeforeValidator(parse_duration)] = 0.15
+    startup_timeout: Annotated[float, Field(gt=0.0), BeforeValidator(parse_duration)] = 30.0
+    log_format: Literal["auto", "json", "logfmt", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    state_dir: str = "/var/lib/rdmad"
+
+
+class Desired(_Spec):
+    daemon: DaemonSpec = DaemonSpec()
+    rxe: tuple[RxeSpec, ...] = ()
+    sriov: tuple[SriovSpec, ...] = ()
+    peermem: PeermemSpec = PeermemSpec()

@@ -1,0 +1,183 @@
+"""What the kernel shows (frozen dataclasses filled by rdmad.kernel, read by the
+planner; cheap to build by the hundred), and what rdmad remembers between passes."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# --- observed state (what the kernel shows) --------------------------------------------
+
+
+class Use(enum.Enum):
+    """Whether something is in use. UNKNOWN counts as in use everywhere."""
+
+    FREE = "free"
+    IN_USE = "in-use"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    state: Use
+    holders: tuple[str, ...] = ()  # e.g. "pid 1234 (qemu-system-x86) holds /dev/vfio/42"
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not Use.FREE
+
+    def describe(self) -> str:
+        if self.state is Use.FREE:
+            return "free"
+        if self.holders:
+            return "; ".join(self.holders)
+        return "owner unknown, treated as in use"
+
+
+FREE = Usage(Use.FREE)
+
+
+@dataclass(frozen=True, slots=True)
+class VfSettings:
+    """VF attributes as rtnetlink reports them on the PF (IFLA_VFINFO_LIST).
+
+    ``None`` in a field means the kernel did not report that attribute.
+    """
+
+    mac: str | None = None
+    vlan: int | None = None
+    qos: int | None = None
+    vlan_proto: str | None = None
+    spoofchk: bool | None = None
+    trust: bool | None = None
+    link_state: str | None = None
+    min_tx_rate: int | None = None
+    max_tx_rate: int | None = None
+    query_rss: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IbVfSettings:
+    """InfiniBand VF identity from /sys/class/infiniband/DEV/device/sriov/N/."""
+
+    node_guid: str | None = None
+    port_guid: str | None = None
+    policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VfObserved:
+    index: int
+    pci: str | None  # None while the VF's PCI device has not appeared yet
+    driver: str | None = None
+    driver_override: str | None = None
+    netdev: str | None = None
+    settings: VfSettings | None = None  # None: not readable (see PfObserved.settings_note)
+    ib: IbVfSettings | None = None  # None: not an InfiniBand PF
+    usage: Usage = FREE
+
+
+@dataclass(frozen=True, slots=True)
+class PfObserved:
+    pci: str
+    driver: str | None
+    netdev: str | None
+    ifindex: int | None
+    mac: str | None
+    perm_mac: str | None
+    numvfs: int
+    totalvfs: int
+    drivers_autoprobe: bool = True
+    operstate_up: bool | None = None
+    vfs: tuple[VfObserved, ...] = ()
+    # Why VF settings are None, when they are (truncated list, netlink not read...).
+    settings_note: str | None = None
+    ib_device: str | None = None
+
+    def vf(self, index: int) -> VfObserved | None:
+        for v in self.vfs:
+            if v.index == index:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NetdevObserved:
+    name: str
+    ifindex: int
+    mac: str | None = None
+    perm_mac: str | None = None
+    pci: str | None = None
+    up: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaLinkObserved:
+    """An RDMA device (port 1) and the netdev it is bound to."""
+
+    name: str
+    driver: str | None  # "rxe", "mlx5_core", ... (kernel driver of the ib device)
+    netdev: str | None
+    netdev_ifindex: int | None = None
+    usage: Usage = FREE
+
+    @property
+    def is_rxe(self) -> bool:
+        return self.driver == "rxe"
+
+
+@dataclass(frozen=True, slots=True)
+class ModulesObserved:
+    loaded: frozenset[str] = frozenset()
+    loading_disabled: bool = False  # /proc/sys/kernel/modules_disabled = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    netdevs: tuple[NetdevObserved, ...] = ()
+    pfs: tuple[PfObserved, ...] = ()  # every SR-IOV capable PCI function
+    rdma_links: tuple[RdmaLinkObserved, ...] = ()
+    modules: ModulesObserved = field(default_factory=ModulesObserved)
+    # False only when the kernel is known to have no NETLINK_RDMA: rxe can never work there.
+    rdma_netlink: bool = True
+    notes: tuple[str, ...] = ()  # what could not be read, in words
+
+    def netdev(self, name: str) -> NetdevObserved | None:
+        for n in self.netdevs:
+            if n.name == name:
+                return n
+        return None
+
+    def rdma_link(self, name: str) -> RdmaLinkObserved | None:
+        for r in self.rdma_links:
+            if r.name == name:
+                return r
+        return None
+
+
+# --- state kept between passes ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlanState:
+    """What rdmad remembers that the kernel does not tell: what it created.
+
+    Losing it is safe: rdmad then owns nothing and removes nothing.
+    """
+
+    managed_rxe: frozenset[str] = frozenset()
+    # VF attributes a driver refused as unsupported, not retried until the config or
+    # the PF's driver changes.
+    unsupported: frozenset[UnsupportedKey] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class UnsupportedKey:
+    """A VF attribute a PF driver refused (EOPNOTSUPP, EPROTONOSUPPORT, EINVAL)."""
+
+    pci: str  # the PF
+    driver: str  # the PF's driver when it refused
+    vf: int
+    attr: str
+    value: str  # format_value() of what was refused: another value may work
+    error: str = field(default="", compare=False)  # what the kernel said, for status

@@ -1,0 +1,97 @@
+"""Value types of the config schema: MACs, GUIDs, PCI addresses, names, durations."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+# --- value types -----------------------------------------------------------------
+
+_MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+_GUID_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){7}$")
+_PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_IFNAME_RE = re.compile(r"^[^/\s:]{1,15}$")
+
+
+def _unicast_mac(value: str) -> str:
+    mac = value.strip().lower()
+    if not _MAC_RE.match(mac):
+        raise ValueError(f"not a MAC address (want xx:xx:xx:xx:xx:xx): {value!r}")
+    if mac == "00:00:00:00:00:00":
+        raise ValueError(f"the all-zero MAC cannot be assigned: {value!r}")
+    if int(mac[:2], 16) & 1:
+        raise ValueError(f"not a unicast MAC (multicast bit set): {value!r}")
+    return mac
+
+
+def _any_mac(value: str) -> str:
+    mac = value.strip().lower()
+    if not _MAC_RE.match(mac):
+        raise ValueError(f"not a MAC address (want xx:xx:xx:xx:xx:xx): {value!r}")
+    return mac
+
+
+def _guid(value: str) -> str:
+    guid = value.strip().lower()
+    if not _GUID_RE.match(guid):
+        raise ValueError(f"not a GUID (want 8 bytes as xx:xx:xx:xx:xx:xx:xx:xx): {value!r}")
+    return guid
+
+
+def _pci(value: str) -> str:
+    addr = value.strip().lower()
+    if re.match(r"^[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", addr):
+        addr = "0000:" + addr  # the short form lspci prints
+    if not _PCI_RE.match(addr):
+        raise ValueError(f"not a PCI address (want DDDD:BB:DD.F): {value!r}")
+    return addr
+
+
+def _ifname(value: str) -> str:
+    if not _IFNAME_RE.match(value) or value in (".", ".."):
+        raise ValueError(
+            f"not a network interface name (1-15 chars, no '/', ':' or space): {value!r}"
+        )
+    return value
+
+
+UnicastMac = Annotated[str, AfterValidator(_unicast_mac)]
+AnyMac = Annotated[str, AfterValidator(_any_mac)]
+Guid = Annotated[str, AfterValidator(_guid)]
+PciAddress = Annotated[str, AfterValidator(_pci)]
+IfName = Annotated[str, AfterValidator(_ifname)]
+RdmaName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,63}$")]
+ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]
+
+VlanProto = Literal["802.1Q", "802.1ad"]
+LinkState = Literal["auto", "enable", "disable"]
+IbPolicy = Literal["Follow", "Up", "Down"]
+# What to do when a VF that is in use has drifted from its declared settings:
+# "report" (default) says so and leaves it alone, "apply" rewrites it anyway.
+# Rewriting MAC/VLAN/trust under a VM resets the VF on several drivers (i40e, ice)
+# and fights libvirt, so applying is an explicit opt-in.
+InUseDriftPolicy = Literal["report", "apply"]
+# VfSpec.driver value meaning "no driver": the VF stays unbound (e.g. for passthrough
+# tools that bind it themselves); kept so through driver_override.
+NO_DRIVER = "none"
+
+# Seconds as a float, written in config as "150ms", "5m", "2s" or a bare number.
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: object) -> float:
+    """'150ms' -> 0.15; numbers are seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        raise ValueError(f"not a duration (e.g. '150ms', '5m', '30s'): {value!r}")
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative: {value!r}")
+    return seconds
