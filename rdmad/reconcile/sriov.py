@@ -1,24 +1,6 @@
-"""plan(): the only place policy lives. Pure: no I/O, no clock, no globals.
-
-Given what is declared, what the kernel shows and what rdmad remembers having
-created, return the list of actions that moves the node toward the declaration,
-in the order they must run. Objects that cannot move say why (``Blocked``) or
-what they wait for (``Waiting``).
-
-Rules, each with a test in tests/unit/test_reconcile.py:
-
-* A node that matches its declaration plans nothing (idempotence).
-* Objects that are not declared are never touched; the only exception is an
-  rxe link rdmad itself created (``PlanState.managed_rxe``) that is no longer
-  declared, and only when nothing holds it.
-* A non-zero VF count changes to another value only through 0, and only when
-  no VF is in use; unknown ownership counts as in use.
-* VF settings are planned only when the declared number of VFs exists; after
-  a count change the next pass (after re-observing) plans them.
-* A VF is re-bound (driver change, new IB GUIDs) only when it is free.
-* rxe links are created as soon as their netdev exists: the kernel accepts a
-  netdev that is down and the port turns ACTIVE when it comes up.
-"""
+"""SR-IOV policy: VF counts (through 0, never under a VF in use), VF settings (batched
+per PF; drift on an in-use VF reported; refused attributes remembered), VF drivers and
+InfiniBand identities (re-bound only when free)."""
 
 from __future__ import annotations
 
@@ -28,19 +10,13 @@ from dataclasses import fields
 from rdmad.model import (
     NO_DRIVER,
     Action,
-    AddRxe,
     BindVfDriver,
     Blocked,
-    DeleteRxe,
-    Desired,
     InUseDrift,
-    LoadModule,
-    NetdevObserved,
     NetdevRef,
     Observed,
     PfObserved,
     PlanState,
-    RxeSpec,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -56,8 +32,6 @@ from rdmad.model import (
     format_value,
 )
 
-RXE_MODULE = "rdma_rxe"
-
 # PF drivers that create VFs only while the PF netdev is up (FIELD.md: bnxt).
 PF_UP_DRIVERS = frozenset({"bnxt_en"})
 
@@ -65,19 +39,6 @@ PF_UP_DRIVERS = frozenset({"bnxt_en"})
 NETLINK_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(VfSettings))
 IB_ATTRS: tuple[str, ...] = ("node_guid", "port_guid", "policy")
 DEFAULT_VLAN_PROTO = "802.1Q"
-
-
-def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
-    actions: list[Action] = []
-    claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
-    for spec in desired.sriov:
-        actions.extend(_plan_sriov(spec, observed, state, claimed))
-    actions.extend(_plan_rxe(desired, observed, state))
-    return actions
-
-
-def declared_objects(desired: Desired) -> list[str]:
-    return [s.obj for s in desired.sriov] + [r.obj for r in desired.rxe]
 
 
 # --- SR-IOV ---------------------------------------------------------------------------
@@ -99,7 +60,7 @@ def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | str | None:
     return hits[0] if hits else None
 
 
-def _plan_sriov(
+def plan_sriov(
     spec: SriovSpec, observed: Observed, state: PlanState, claimed: dict[str, str]
 ) -> list[Action]:
     obj = spec.obj
@@ -337,138 +298,3 @@ def _ib_changes(spec: VfSpec, vf: VfObserved) -> list[VfChange] | None:
         for attr, new in wanted
         if getattr(vf.ib, attr) != new
     ]
-
-
-# --- Soft-RoCE --------------------------------------------------------------------------
-
-
-def find_netdev(ref: NetdevRef, observed: Observed) -> NetdevObserved | str | None:
-    """The netdev a reference names; a string explains an ambiguous match."""
-    if ref.name is not None:
-        return observed.netdev(ref.name)
-    hits = [
-        n
-        for n in observed.netdevs
-        if (ref.mac is not None and ref.mac in (n.perm_mac, n.mac))
-        or (ref.pci is not None and n.pci == ref.pci)
-    ]
-    if len(hits) > 1:
-        names = ", ".join(n.name for n in hits)
-        return f"{ref.describe()} matches several netdevs ({names})"
-    return hits[0] if hits else None
-
-
-def _plan_rxe(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
-    declared = {r.name for r in desired.rxe}
-    actions: list[Action] = []
-    deleting: set[str] = set()
-    # Stale links first: deleting one may free the netdev a declared link needs.
-    for name in sorted(state.managed_rxe - declared):
-        link = observed.rdma_link(name)
-        if link is None or not link.is_rxe:
-            continue
-        obj = f"rxe {name}"
-        if link.usage.busy:
-            actions.append(
-                Blocked(obj, f"{name} is no longer declared but in use: {link.usage.describe()}")
-            )
-        else:
-            deleting.add(name)
-            actions.append(
-                DeleteRxe(
-                    obj,
-                    f"{name} was created by rdmad and is no longer declared",
-                    name=name,
-                    netdev=link.netdev,
-                )
-            )
-    module_planned = False
-    for spec in desired.rxe:
-        planned = _plan_one_rxe(spec, observed, state, deleting)
-        if any(isinstance(a, AddRxe) for a in planned) and not module_planned:
-            if RXE_MODULE not in observed.modules.loaded:
-                if observed.modules.loading_disabled:
-                    actions.append(
-                        Blocked(
-                            spec.obj,
-                            f"{RXE_MODULE} is not loaded and module loading is disabled "
-                            "(/proc/sys/kernel/modules_disabled = 1)",
-                        )
-                    )
-                    continue
-                actions.append(LoadModule(spec.obj, "rxe links need rdma_rxe", module=RXE_MODULE))
-            module_planned = True
-        actions.extend(planned)
-    return actions
-
-
-def _plan_one_rxe(
-    spec: RxeSpec, observed: Observed, state: PlanState, deleting: set[str]
-) -> list[Action]:
-    obj = spec.obj
-    if not observed.rdma_netlink:
-        return [Blocked(obj, "the kernel has no RDMA netlink (NETLINK_RDMA): rxe is unavailable")]
-    netdev = find_netdev(spec.netdev, observed)
-    if isinstance(netdev, str):
-        return [Blocked(obj, netdev)]
-    existing = observed.rdma_link(spec.name)
-    actions: list[Action] = []
-    if existing is not None:
-        if not existing.is_rxe:
-            return [
-                Blocked(
-                    obj,
-                    f"an RDMA device named {spec.name} exists with driver "
-                    f"{existing.driver or 'unknown'}; it is not an rxe link and is left alone",
-                )
-            ]
-        if netdev is not None and existing.netdev == netdev.name:
-            return []
-        where = existing.netdev or "no netdev"
-        if spec.name not in state.managed_rxe or existing.usage.busy:
-            owner = (
-                f"in use: {existing.usage.describe()}"
-                if existing.usage.busy
-                else "not created by rdmad"
-            )
-            return [
-                Blocked(
-                    obj,
-                    f"rxe {spec.name} is on {where}, declared on {spec.netdev.describe()}; "
-                    f"it is {owner}",
-                )
-            ]
-    if netdev is None:
-        if existing is not None:
-            # A working link is worth more than a declaration that names nothing (a typo,
-            # a rename): delete it only when its replacement can be made in the same pass.
-            return [
-                Blocked(
-                    obj,
-                    f"rxe {spec.name} is on {existing.netdev or 'no netdev'}, declared on "
-                    f"{spec.netdev.describe()}, which is not present; the working link is kept",
-                )
-            ]
-        return [Waiting(obj, f"{spec.netdev.describe()} is not present")]
-    for other in observed.rdma_links:
-        if (
-            other.is_rxe
-            and other.name != spec.name
-            and other.netdev == netdev.name
-            and other.name not in deleting
-        ):
-            taken = f"{netdev.name} already carries rxe link {other.name!r} (one per netdev)"
-            return [Blocked(obj, taken)]
-    if existing is not None:
-        actions.append(
-            DeleteRxe(
-                obj,
-                f"{spec.name} is on {existing.netdev or 'no netdev'}, declared on "
-                f"{spec.netdev.describe()}",
-                name=spec.name,
-                netdev=existing.netdev,
-            )
-        )
-    why = "re-create" if existing is not None else "declared rxe link is missing"
-    actions.append(AddRxe(obj, why, name=spec.name, netdev=netdev.name))
-    return actions

@@ -1,0 +1,44 @@
+"""plan(): the only place policy lives (``sriov.py`` and ``rxe.py`` hold the rules; this
+module puts them together). Pure: no I/O, no clock, no globals.
+
+Given what is declared, what the kernel shows and what rdmad remembers having
+created, return the list of actions that moves the node toward the declaration,
+in the order they must run. Objects that cannot move say why (``Blocked``) or
+what they wait for (``Waiting``).
+
+Rules, each with a test in tests/unit/test_reconcile.py:
+
+* A node that matches its declaration plans nothing (idempotence).
+* Objects that are not declared are never touched; the only exception is an
+  rxe link rdmad itself created (``PlanState.managed_rxe``) that is no longer
+  declared, and only when nothing holds it.
+* A non-zero VF count changes to another value only through 0, and only when
+  no VF is in use; unknown ownership counts as in use.
+* VF settings are planned only when the declared number of VFs exists; after
+  a count change the next pass (after re-observing) plans them.
+* A VF is re-bound (driver change, new IB GUIDs) only when it is free.
+* rxe links are created as soon as their netdev exists: the kernel accepts a
+  netdev that is down and the port turns ACTIVE when it comes up.
+"""
+
+from __future__ import annotations
+
+from rdmad.model import Action, Desired, Observed, PlanState
+from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
+from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
+
+
+def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
+    actions: list[Action] = []
+    claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
+    for spec in desired.sriov:
+        actions.extend(plan_sriov(spec, observed, state, claimed))
+    actions.extend(plan_rxe(desired, observed, state))
+    return actions
+
+
+def declared_objects(desired: Desired) -> list[str]:
+    return [s.obj for s in desired.sriov] + [r.obj for r in desired.rxe]
+
+
+__all__ = ["NETLINK_ATTRS", "RXE_MODULE", "declared_objects", "find_netdev", "find_pf", "plan"]
