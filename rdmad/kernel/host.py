@@ -23,11 +23,12 @@ from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.observe import observe
 from rdmad.kernel.rdma import RdmaNetlink
+from rdmad.kernel.recheck import StaleAction, recheck
 from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
 from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.kernel.rtnl_codec import LinkInfo
+from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
 from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
@@ -41,15 +42,8 @@ from rdmad.model import (
 
 log = logging.getLogger("rdmad.kernel")
 
-NUMVFS_DEADLINE = 300.0  # ConnectX-6 Lx: 125 VFs take ~65 s; leave room
-SYSFS_DEADLINE = 30.0  # unbind, drivers_probe, driver_override, GUIDs: a driver can block
-PROGRESS_EVERY = 5.0  # log a long write's progress this often
 BIND_DEADLINE = 10.0  # asynchronous probing drivers bind after drivers_probe returns
 _BIND_POLL = 0.02
-
-
-class StaleAction(Exception):
-    """The kernel no longer matches what the action was planned from."""
 
 
 # --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
@@ -121,9 +115,7 @@ class KernelHost:
         self.last: Observed | None = None
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
-        # Blocking writes still running in a worker thread, by path: past its deadline a
-        # write cannot be stopped, and a second write to the same file must not start.
-        self._running: dict[str, tuple[asyncio.Future[None], float]] = {}
+        self.slow = SlowWrites(self.clock, numvfs_deadline)
 
     def close(self) -> None:
         for client in (self.rtnl, self.rdma):
@@ -220,9 +212,10 @@ class KernelHost:
         # Re-check before the action's first write, so a stale action writes nothing at all
         # (not even the driver_override that precedes an unbind).
         try:
-            for w in planned:
-                if w.destructive:
-                    await self._recheck(w)
+            destructive = [w for w in planned if w.destructive]
+            links = await self._fresh_rdma_links() if destructive else []
+            for w in destructive:
+                recheck(w, self.sysfs, links)
         except StaleAction as exc:
             log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), exc)
             return ApplyResult(action, Outcome.STALE, (), f"stale: {exc}")
@@ -267,7 +260,9 @@ class KernelHost:
     async def _run(self, action: Action, w: PlannedWrite) -> Sequence[KernelError | None] | None:
         op = w.op
         if op is Op.NUMVFS:
-            await self._blocking_write(w.path, w.value, f"set sriov_numvfs {w.value}", action)
+            await self.slow.write(
+                self.sysfs, w.path, w.value, f"set sriov_numvfs {w.value}", action.obj
+            )
             now = self.sysfs.read_int(w.path)
             if now != int(w.value):
                 raise KernelError(
@@ -278,13 +273,15 @@ class KernelHost:
                 )
         elif op is Op.SYSFS:
             target = w.changes[0][0]
-            await self._blocking_write(w.path, w.value, f"set {target}", action)
+            await self.slow.write(self.sysfs, w.path, w.value, f"set {target}", action.obj)
         elif op is Op.UNBIND:
             rel = f"sys/bus/pci/drivers/{w.path}/unbind"
-            await self._blocking_write(rel, w.value, f"unbind from {w.path}", action)
+            await self.slow.write(self.sysfs, rel, w.value, f"unbind from {w.path}", action.obj)
         elif op is Op.PROBE:
             op_name = "probe drivers"
-            await self._blocking_write("sys/bus/pci/drivers_probe", w.path, op_name, action)
+            await self.slow.write(
+                self.sysfs, "sys/bus/pci/drivers_probe", w.path, op_name, action.obj
+            )
             if w.value:
                 await self._await_driver(w.path, w.value, op_name)
         elif op is Op.MODPROBE:
@@ -309,97 +306,11 @@ class KernelHost:
             await rdma.delete_link(w.path)
         return None
 
-    # --- the re-check before a destructive write --------------------------------------
-
-    async def _recheck(self, w: PlannedWrite) -> None:
-        """Raise StaleAction unless the kernel still shows what the write was planned from
-        and nothing has started using what it destroys (a VM, a verbs job, a container)."""
-        _target, old, _new = w.changes[0]
-        if w.op is Op.NUMVFS:
-            now = self.sysfs.read_int(w.path)
-            if now != old:
-                raise StaleAction(f"sriov_numvfs is {now}, planned from {old}")
-            pci = w.path.rsplit("/", 2)[-2]
-            links = await self._fresh_rdma_links()
-            for index, vf_pci in sorted(self.sysfs.virtfns(pci).items()):
-                usage = vf_usage_now(self.sysfs, vf_pci, links)
-                if usage.busy:
-                    raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
-        elif w.op is Op.UNBIND:
-            pci = w.value
-            now_driver = self.sysfs.link_name(f"{PCI_DEVICES}/{pci}/driver")
-            if now_driver != old:
-                raise StaleAction(f"{pci} is bound to {now_driver or 'no driver'}, not {old}")
-            usage = vf_usage_now(self.sysfs, pci, await self._fresh_rdma_links())
-            if usage.busy:
-                raise StaleAction(f"{pci} is now in use: {usage.describe()}")
-        elif w.op is Op.RXE_DEL:
-            link = next((lk for lk in await self._fresh_rdma_links() if lk.name == w.path), None)
-            if link is None:
-                raise StaleAction(f"RDMA link {w.path} is already gone")
-            if old not in ("present", f"rxe on {link.netdev}"):
-                raise StaleAction(f"{w.path} is now on {link.netdev}, planned as {old}")
-            usage = rdma_link_usage_now(self.sysfs, link)
-            if usage.busy:
-                raise StaleAction(f"{w.path} is now in use: {usage.describe()}")
-
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
         links, _ = await self._rdma_links([])
         if links is not None:
             return links
         return list(self.last.rdma_links) if self.last is not None else []
-
-    # --- blocking sysfs writes ----------------------------------------------------------
-
-    async def _blocking_write(self, rel: str, value: str, op: str, action: Action) -> None:
-        """A sysfs write that may block (numvfs: a minute; unbind: whatever the driver does),
-        off the event loop, with a deadline and progress in the log.
-
-        A thread cannot be stopped once the kernel has the write: past the deadline
-        the error says so, the write stays registered under its path, and no second
-        write to that file starts until the first has returned.
-        """
-        running = self._running.get(rel)
-        if running is not None and not running[0].done():
-            since = self.clock.monotonic() - running[1]
-            raise KernelError(
-                op,
-                rel,
-                errno_mod.EBUSY,
-                f"an earlier write to this file has been running for {since:.0f} s; "
-                "not writing again until it returns",
-            )
-        deadline = self.numvfs_deadline if rel.endswith("sriov_numvfs") else SYSFS_DEADLINE
-        task = asyncio.ensure_future(asyncio.to_thread(self.sysfs.write, rel, value, op=op))
-        started = self.clock.monotonic()
-        self._running[rel] = (task, started)
-        task.add_done_callback(lambda t: self._write_ended(rel, t))
-        while True:
-            left = deadline - (self.clock.monotonic() - started)
-            if left <= 0:
-                raise KernelError(
-                    op,
-                    rel,
-                    errno_mod.ETIMEDOUT,
-                    f"still running after {deadline:g} s; the kernel may finish "
-                    "it later, the next observation will tell",
-                )
-            done, _ = await asyncio.wait({task}, timeout=min(PROGRESS_EVERY, left))
-            if done:
-                task.result()  # raises the KernelError of the write
-                return
-            log.info(
-                "%s: %s still in progress after %.0f s",
-                action.obj,
-                op,
-                self.clock.monotonic() - started,
-            )
-
-    def _write_ended(self, rel: str, task: asyncio.Future[None]) -> None:
-        if self._running.get(rel, (None, 0.0))[0] is task:
-            del self._running[rel]
-        if not task.cancelled():
-            task.exception()  # retrieved: a late failure shows in the next observation
 
     # --- VF settings (rtnetlink) ----------------------------------------------------------
 

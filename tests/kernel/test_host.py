@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rdmad.kernel import host as host_mod
+from rdmad.kernel import slowwrite
 from rdmad.kernel.dryrun import RecordingHost
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.host import KernelHost
@@ -201,7 +202,7 @@ async def test_long_numvfs_write_logs_progress_and_hits_its_deadline(
             release.wait(DEADLINE)
             super().write(rel, value, op=op)
 
-    monkeypatch.setattr(host_mod, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setattr(slowwrite, "PROGRESS_EVERY", 0.05)
     host = KernelHost(tree, numvfs_deadline=0.3)
     host.sysfs = Slow(tree)
     try:
@@ -229,7 +230,7 @@ async def test_no_second_write_while_one_past_its_deadline_still_runs(
             release.wait(DEADLINE)
             super().write(rel, value, op=op)
 
-    monkeypatch.setattr(host_mod, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setattr(slowwrite, "PROGRESS_EVERY", 0.05)
     host = KernelHost(tree, numvfs_deadline=0.2)
     host.sysfs = Slow(tree)
     ticks = 0
@@ -253,7 +254,7 @@ async def test_no_second_write_while_one_past_its_deadline_still_runs(
         release.set()
         beat.cancel()
     for _ in range(500):  # the first write returns; then the file is free again
-        if IGB_NUMVFS not in host._running:
+        if IGB_NUMVFS not in host.slow.running:
             break
         await asyncio.sleep(0.01)
     (tree / IGB_NUMVFS).write_text("0")

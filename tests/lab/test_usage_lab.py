@@ -33,7 +33,7 @@ _OBSERVE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from rdmad.kernel.host import observe_host
+    from rdmad.kernel.oneshot import observe_host
     from rdmad.kernel.sysfs import Sysfs
     from rdmad.kernel.usage import vf_usage_now
 

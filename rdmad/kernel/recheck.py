@@ -1,0 +1,51 @@
+"""The re-check right before a destructive write: does the kernel still show what the
+write was planned from, and is what it destroys still free?
+
+Plans are made from an observation; between it and the write a VM may open a VF's
+vfio group, a verbs job may open an rxe device, someone may change numvfs. A write
+that no longer matches is dropped (``StaleAction``) and the next pass plans again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
+from rdmad.kernel.writes import Op, PlannedWrite
+from rdmad.model import RdmaLinkObserved
+
+
+class StaleAction(Exception):
+    """The kernel no longer matches what the action was planned from."""
+
+
+def recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -> None:
+    """Raise StaleAction unless ``w`` may still run; ``links`` are the RDMA links now."""
+    _target, old, _new = w.changes[0]
+    if w.op is Op.NUMVFS:
+        now = sysfs.read_int(w.path)
+        if now != old:
+            raise StaleAction(f"sriov_numvfs is {now}, planned from {old}")
+        pci = w.path.rsplit("/", 2)[-2]
+        for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
+            usage = vf_usage_now(sysfs, vf_pci, links)
+            if usage.busy:
+                raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+    elif w.op is Op.UNBIND:
+        pci = w.value
+        now_driver = sysfs.link_name(f"{PCI_DEVICES}/{pci}/driver")
+        if now_driver != old:
+            raise StaleAction(f"{pci} is bound to {now_driver or 'no driver'}, not {old}")
+        usage = vf_usage_now(sysfs, pci, links)
+        if usage.busy:
+            raise StaleAction(f"{pci} is now in use: {usage.describe()}")
+    elif w.op is Op.RXE_DEL:
+        link = next((lk for lk in links if lk.name == w.path), None)
+        if link is None:
+            raise StaleAction(f"RDMA link {w.path} is already gone")
+        if old not in ("present", f"rxe on {link.netdev}"):
+            raise StaleAction(f"{w.path} is now on {link.netdev}, planned as {old}")
+        usage = rdma_link_usage_now(sysfs, link)
+        if usage.busy:
+            raise StaleAction(f"{w.path} is now in use: {usage.describe()}")
