@@ -173,10 +173,11 @@ def _netlink_changes(
     wanted = [(a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None]
     if not wanted:
         return [], []
-    implied = spec.vlan is not None and spec.vlan_proto is None
+    implied = bool(spec.vlan) and spec.vlan_proto is None
     if implied:
         # A VLAN declared without a protocol means 802.1Q, as with `ip link set ... vlan V`
         # and systemd-networkd; a VF reading another (or an unknown) one is moved to it.
+        # vlan = 0 is "no VLAN": its protocol means nothing and is left as it reads.
         wanted.append(("vlan_proto", DEFAULT_VLAN_PROTO))
     if vf.settings is None:
         why = pf.settings_note or "the kernel did not report them"

@@ -384,6 +384,15 @@ def test_vlan_without_protocol_means_802_1q(current: str | None, planned: bool) 
         assert changes == []  # not reported by the kernel: nothing to compare
 
 
+def test_no_vlan_leaves_an_unknown_protocol_alone() -> None:
+    p = pf(numvfs=1)
+    vf0 = p.vfs[0]
+    assert vf0.settings is not None
+    fresh = dataclasses.replace(vf0.settings, vlan=0, vlan_proto="0x0000")  # netdevsim
+    o = node(dataclasses.replace(p, vfs=(dataclasses.replace(vf0, settings=fresh),)))
+    assert plan(desired(sriov=[sriov(1, {"index": 0, "vlan": 0})]), o, PlanState()) == []
+
+
 def test_pf_matched_by_mac_of_two_pfs_is_blocked() -> None:
     other = dataclasses.replace(pf(), pci="0000:3b:00.1", netdev="ens1f1")
     d = desired(sriov=[sriov(2, ref={"mac": "52:54:00:00:00:01"})])
