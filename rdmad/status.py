@@ -1,18 +1,26 @@
-"""What the agent tells the world: per-object status, config errors, bounded history.
+"""What the agent tells the world: per-object status, config errors, bounded history,
+and the plan of its latest pass.
 
-The agent is the only writer (``publish``, ``record``); readers (sd_notify STATUS=,
-the future API, tests) hold a ``StatusView`` and never see the agent itself.
-Snapshots are immutable, so a reader never observes a half-updated status.
+The agent is the only writer (``publish``, ``record``, ``publish_plan``); readers
+(sd_notify STATUS=, the API, metrics, tests) hold a ``StatusView`` and never see the
+agent itself. Snapshots are immutable, so a reader never observes a half-updated
+status. Readers that want to hear of changes ``subscribe`` a callback: it runs on
+the loop, right after the change, and must only hand the change on (put it in a
+bounded queue, bump a counter); one that raises is dropped.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rdmad.model import ObjectState
+import structlog
+
+from rdmad.model import Action, ObjectDetail, ObjectState, ObjectStatus
+
+log = structlog.get_logger("rdmad.status")
 
 HISTORY_LIMIT = 200
 
@@ -25,6 +33,10 @@ class ObjectReport:
     last_error: str | None = None  # the most recent failure, kept after recovery is pending
     failures: int = 0  # consecutive failures
     retry_at: float | None = None  # wall time of the next attempt while degraded
+    errno: int | None = None  # the kernel's errno of last_error, when it gave one
+    # {"at", "what", "reason", "cause"} of the last change applied to it (state.applied)
+    last_change: dict[str, Any] | None = None
+    detail: ObjectDetail | None = None  # per attribute and per VF; None before a pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +56,8 @@ class HistoryEntry:
     reason: str = ""
     cause: str = ""
     error: str | None = None
+    errno: int | None = None  # the kernel's errno when ``error`` came from a kernel write
+    kind: str = ""  # the action kind (set-numvfs, set-vf, add-rxe ...) for applied/failed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +68,8 @@ class HistoryEntry:
             "reason": self.reason,
             "cause": self.cause,
             "error": self.error,
+            "errno": self.errno,
+            "kind": self.kind,
         }
 
     @classmethod
@@ -66,7 +82,25 @@ class HistoryEntry:
             reason=str(data.get("reason", "")),
             cause=str(data.get("cause", "")),
             error=None if data.get("error") is None else str(data["error"]),
+            errno=data["errno"] if isinstance(data.get("errno"), int) else None,
+            kind=str(data.get("kind", "")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReport:
+    """What one pass planned, before applying it (or, for a plan-only request, instead).
+
+    ``answered``: the trigger count the pass answered (see ``TriggerQueue.put``), so
+    a reader that asked for a plan knows this one was made after its request.
+    """
+
+    at: float  # wall time the plan was made
+    cause: str
+    actions: tuple[Action, ...]
+    objects: tuple[ObjectStatus, ...]
+    dry_run: bool = False
+    answered: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +119,7 @@ class StatusSnapshot:
     boot_id: str = ""
     pending_actions: tuple[str, ...] = ()  # what a dry run would do / what is still to do
     config_ok: bool = True  # a valid config was loaded at least once
+    answered: int = 0  # triggers answered by the passes so far (TriggerQueue.put's count)
 
     def count(self, state: ObjectState) -> int:
         return sum(1 for o in self.objects if o.state is state)
@@ -127,41 +162,90 @@ _WORST_FIRST = (
 )
 
 
+# A change as subscribers hear it: ("status", StatusSnapshot), ("history", HistoryEntry)
+# or ("plan", PlanReport).
+Change = tuple[str, Any]
+Listener = Callable[[Change], None]
+
+
 class StatusView(Protocol):
     """What readers get: no way to change anything."""
 
     @property
     def current(self) -> StatusSnapshot: ...
 
+    @property
+    def plan(self) -> PlanReport | None: ...
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]: ...
+
+    def subscribe(self, listener: Listener) -> None: ...
+
+    def unsubscribe(self, listener: Listener) -> None: ...
 
 
 class StatusStore:
     def __init__(self, limit: int = HISTORY_LIMIT) -> None:
         self._current = StatusSnapshot()
+        self._plan: PlanReport | None = None
         self._history: deque[HistoryEntry] = deque(maxlen=limit)
+        self._listeners: list[Listener] = []
         self.version = 0  # bumps on every publish/record: cheap change detection
 
     @property
     def current(self) -> StatusSnapshot:
         return self._current
 
+    @property
+    def plan(self) -> PlanReport | None:
+        """The plan of the latest pass (or plan-only request)."""
+        return self._plan
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         items = list(self._history)
         return items if limit is None else items[-limit:]
 
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def publish(self, snapshot: StatusSnapshot) -> None:
         self._current = snapshot
         self.version += 1
+        self._tell(("status", snapshot))
+
+    def publish_plan(self, report: PlanReport) -> None:
+        self._plan = report
+        self.version += 1
+        self._tell(("plan", report))
 
     def record(self, entries: Iterable[HistoryEntry]) -> None:
-        self._history.extend(entries)
+        items = list(entries)
+        self._history.extend(items)
         self.version += 1
+        for entry in items:
+            self._tell(("history", entry))
+
+    def _tell(self, change: Change) -> None:
+        """Hand a change to every listener; a listener that fails is dropped, never the
+        writer (the reconcile loop) that published it."""
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("status.listener-failed", listener=repr(listener))
+                self.unsubscribe(listener)
 
 
 __all__ = [
+    "Change",
     "HistoryEntry",
+    "Listener",
     "ObjectReport",
+    "PlanReport",
     "StatusSnapshot",
     "StatusStore",
     "StatusView",

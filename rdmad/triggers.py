@@ -37,6 +37,9 @@ class Trigger:
     stale: bool = False
     driver: bool = False
     touches: frozenset[str] = frozenset()
+    # Only a plan is wanted (the API's /v1/plan): observe and plan, apply nothing. A
+    # batch with any other trigger in it is a full pass, whose plan answers it as well.
+    plan_only: bool = False
 
 
 @dataclass(slots=True)
@@ -53,9 +56,12 @@ class Batch:
     stale_all: bool = False  # lost events or too many names: every plan is stale
     stale_names: set[str] = field(default_factory=set)
     driver: bool = False
+    plan_only: bool = True  # every trigger in it asked only for a plan
+    through: int = 0  # TriggerQueue.total when taken: the pass answers triggers 1..through
 
     def add(self, t: Trigger) -> None:
         self.count += 1
+        self.plan_only &= t.plan_only
         self.first_at = min(self.first_at, t.at)
         self.last_at = max(self.last_at, t.at)
         self.sources[t.source] += 1
@@ -92,6 +98,8 @@ class Batch:
         self.stale_all |= other.stale_all
         self.stale_names |= other.stale_names
         self.driver |= other.driver
+        self.plan_only &= other.plan_only
+        self.through = max(self.through, other.through)
         self._bound_names()
 
     def describe(self) -> str:
@@ -105,9 +113,12 @@ class TriggerQueue:
         self.clock = clock
         self._batch: Batch | None = None
         self._waiter: asyncio.Future[bool] | None = None
-        self.total = 0  # triggers ever put (metrics, tests)
+        self.total = 0  # triggers ever put; a trigger's number is the total after its put
+        self.by_source: Counter[str] = Counter()  # triggers ever put, per source (metrics)
 
-    def put(self, trigger: Trigger) -> None:
+    def put(self, trigger: Trigger) -> int:
+        """Queue a trigger; returns its number: the pass whose status or plan reports
+        ``answered >= number`` looked at the kernel after it arrived."""
         if trigger.at == 0.0:
             now = self.clock.monotonic()
             trigger = replace(trigger, at=now)
@@ -115,8 +126,10 @@ class TriggerQueue:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)
         self.total += 1
+        self.by_source[trigger.source] += 1
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(True)
+        return self.total
 
     @property
     def pending(self) -> Batch | None:
@@ -125,6 +138,8 @@ class TriggerQueue:
 
     def take(self) -> Batch | None:
         batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.through = self.total
         return batch
 
     def wake(self) -> None:

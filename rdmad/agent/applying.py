@@ -231,6 +231,7 @@ class Applier:
                     reason=action.reason,
                     cause=cause,
                     error=error,
+                    kind=action.kind,
                 )
             )
 

@@ -26,7 +26,7 @@ from rdmad.model import (
     summarize,
 )
 from rdmad.state import HISTORY_KEPT
-from rdmad.status import HistoryEntry, ObjectReport, StatusSnapshot, StatusStore
+from rdmad.status import HistoryEntry, ObjectReport, PlanReport, StatusSnapshot, StatusStore
 
 log = structlog.get_logger("rdmad.agent")
 
@@ -42,6 +42,7 @@ class Reporter:
         self.notes: dict[str, str] = {}  # event sources down, observe/plan/status failures
         self._last_status_line = ""
         self._seen: dict[str, tuple[tuple[str, str], ...]] = {}  # obj -> notes logged
+        self.answered = 0  # the trigger count the latest pass answered (Batch.through)
 
     # --- history -------------------------------------------------------------------------
 
@@ -69,6 +70,7 @@ class Reporter:
             else:
                 error_text = None if error is None else str(error)
             event = "recorded" if dry else ("applied" if error_text is None else "failed")
+            err_no = getattr(error, "errno", None)
             fields: dict[str, Any] = dict(
                 obj=action.obj,
                 target=target,
@@ -92,6 +94,8 @@ class Reporter:
                     reason=action.reason,
                     cause=cause,
                     error=error_text,
+                    errno=err_no if isinstance(err_no, int) else None,
+                    kind=action.kind,
                 )
             )
         self.history(*entries)
@@ -116,6 +120,21 @@ class Reporter:
                 log.info("object.unblocked", obj=obj)
 
     # --- status ----------------------------------------------------------------------------
+
+    def publish_plan(
+        self, objects: list[str], actions: list[Action], cause: str, answered: int
+    ) -> None:
+        """What this pass is about to do (the API's /v1/plan reads it)."""
+        self.status.publish_plan(
+            PlanReport(
+                at=self.shared.clock.wall(),
+                cause=cause,
+                actions=tuple(actions),
+                objects=tuple(summarize(objects, actions)),
+                dry_run=self.shared.options.dry_run,
+                answered=answered,
+            )
+        )
 
     def publish(
         self,
@@ -179,6 +198,7 @@ class Reporter:
                 config_errors=memory.config_errors if memory is not None else (),
                 config_files=memory.config_files if memory is not None else (),
                 config_ok=memory.config_ok if memory is not None else True,
+                answered=self.answered,
                 notes=tuple(notes),
                 passes=len(shared.passes),
                 last_pass_at=wall if last is not None else None,

@@ -62,7 +62,8 @@ class PassRunner:
         first = not shared.passes
         if batch.reload:
             self.reload_config(initial=False)
-        timers.arm_drift()  # every pass is a full observation: drift counts from here
+        if not batch.plan_only:
+            timers.arm_drift()  # every pass is a full observation: drift counts from here
 
         self.observing_since = started
         try:
@@ -81,6 +82,9 @@ class PassRunner:
             return self._failed("plan", batch, cause, started, exc)
         self._succeeded("plan")
         objects = self.objects(actions)
+        reporter.publish_plan(objects, actions, cause, batch.through)
+        if batch.plan_only:
+            return clock.monotonic()  # asked for the plan only (the API): apply nothing
         reporter.log_notes(objects, actions)
 
         done = await self.applier.apply_all(actions, cause, observed)
@@ -104,6 +108,7 @@ class PassRunner:
         timers.arm_expectations()
 
         resting = not done.changed and not done.aborted and not timers.expecting(now)
+        reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
         if done.changed or done.count or first or batch.reload:
             memory.save_state()
@@ -159,6 +164,7 @@ class PassRunner:
             PassInfo(started, batch.first_at, batch.count, cause, now - started, 0, False)
         )
         self.timers.arm_retry()
+        self.reporter.answered = batch.through
         self.reporter.publish([], None, [], self.timers.expectations)
         self.reporter.notify_status()
         return now

@@ -48,7 +48,10 @@ class Timers:
         self._timers.clear()
 
     def _trigger(self, source: str, detail: str) -> Callable[[], None]:
-        return lambda: self.shared.queue.put(Trigger(source, detail))
+        def put() -> None:
+            self.shared.queue.put(Trigger(source, detail))
+
+        return put
 
     # --- what starts passes ------------------------------------------------------------------
 

@@ -28,8 +28,10 @@ from rdmad.model.actions import (
     format_value,
 )
 from rdmad.model.desired import (
+    ApiSpec,
     DaemonSpec,
     Desired,
+    MetricsSpec,
     NetdevRef,
     PeermemSpec,
     PfRef,
@@ -53,8 +55,11 @@ from rdmad.model.observed import (
     VfSettings,
 )
 from rdmad.model.status import (
+    AttrStatus,
+    ObjectDetail,
     ObjectState,
     ObjectStatus,
+    VfStatus,
     summarize,
 )
 from rdmad.model.values import (
@@ -79,6 +84,8 @@ __all__ = [
     "Action",
     "AddRxe",
     "AnyMac",
+    "ApiSpec",
+    "AttrStatus",
     "BindVfDriver",
     "Blocked",
     "DaemonSpec",
@@ -92,10 +99,12 @@ __all__ = [
     "InUseDriftPolicy",
     "LinkState",
     "LoadModule",
+    "MetricsSpec",
     "ModuleName",
     "ModulesObserved",
     "NetdevObserved",
     "NetdevRef",
+    "ObjectDetail",
     "ObjectState",
     "ObjectStatus",
     "Observed",
@@ -121,6 +130,7 @@ __all__ = [
     "VfObserved",
     "VfSettings",
     "VfSpec",
+    "VfStatus",
     "VlanProto",
     "Waiting",
     "action_touches",

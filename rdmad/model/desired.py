@@ -161,8 +161,37 @@ class DaemonSpec(_Spec):
     state_dir: str = "/var/lib/rdmad"
 
 
+_GROUP = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"  # a Unix group name
+
+
+class ApiSpec(_Spec):
+    """The local UNIX-socket API (docs/API.md)."""
+
+    socket: str = "/run/rdmad/rdmad.sock"
+    # Members may read status, plan, history, config, metrics (root always may).
+    read_group: Annotated[str, Field(pattern=_GROUP)] = "rdmad"
+    # Members may also reload and reconcile; None: root only.
+    write_group: Annotated[str, Field(pattern=_GROUP)] | None = None
+    enabled: bool = True
+
+
+_HOST_PORT = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$"  # 127.0.0.1:9478, [::1]:9478
+
+
+class MetricsSpec(_Spec):
+    """Prometheus metrics: always on the API socket at /metrics; optionally also here."""
+
+    # A node_exporter textfile collector directory: rdmad.prom is written there atomically.
+    textfile_dir: str | None = None
+    # host:port of a TCP listener ("127.0.0.1:9478"); None (the default): no TCP listener.
+    listen: Annotated[str, Field(pattern=_HOST_PORT)] | None = None
+    textfile_interval: Annotated[float, Field(ge=1.0), BeforeValidator(parse_duration)] = 15.0
+
+
 class Desired(_Spec):
     daemon: DaemonSpec = DaemonSpec()
+    api: ApiSpec = ApiSpec()
+    metrics: MetricsSpec = MetricsSpec()
     rxe: tuple[RxeSpec, ...] = ()
     sriov: tuple[SriovSpec, ...] = ()
     peermem: PeermemSpec = PeermemSpec()

@@ -1,9 +1,12 @@
-"""Per-object status derived from a plan: converged when the plan has nothing for it."""
+"""Per-object status derived from a plan: converged when the plan has nothing for it;
+and the shapes of per-VF, per-attribute detail (filled by ``rdmad.reconcile.detail``)."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from rdmad.model.actions import Action, Blocked, InUseDrift, Unsupported
 
@@ -24,6 +27,81 @@ class ObjectStatus:
     obj: str
     state: ObjectState
     message: str = ""
+
+
+# --- detail: per attribute and per VF (the API's /v1/status, docs/API.md) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class AttrStatus:
+    """One declared attribute: what is declared, what the kernel shows, and why they differ.
+
+    Values are JSON values (str, int, bool or None for unset / not reported).
+    """
+
+    name: str
+    desired: Any
+    observed: Any
+    state: ObjectState
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "desired": self.desired,
+            "observed": self.observed,
+            "state": self.state.value,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VfStatus:
+    """One VF of a PF: declared, present, or both."""
+
+    vf: int
+    pci: str | None
+    netdev: str | None
+    driver: str | None
+    state: ObjectState
+    reason: str = ""
+    usage: str = "free"  # Use.value: free, in-use, unknown
+    holders: tuple[str, ...] = ()
+    attributes: tuple[AttrStatus, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vf": self.vf,
+            "pci": self.pci,
+            "netdev": self.netdev,
+            "driver": self.driver,
+            "state": self.state.value,
+            "reason": self.reason,
+            "usage": self.usage,
+            "holders": list(self.holders),
+            "attributes": [a.to_json() for a in self.attributes],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDetail:
+    """What status shows of one object beyond its state: desired vs observed, per
+    attribute and per VF. The mappings are read-only by convention (never mutated)."""
+
+    kind: str  # "sriov" | "rxe"
+    desired: Mapping[str, Any] = field(default_factory=dict)
+    observed: Mapping[str, Any] = field(default_factory=dict)
+    attributes: tuple[AttrStatus, ...] = ()
+    vfs: tuple[VfStatus, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "desired": dict(self.desired),
+            "observed": dict(self.observed),
+            "attributes": [a.to_json() for a in self.attributes],
+            "vfs": [v.to_json() for v in self.vfs],
+        }
 
 
 # Notes that leave an object otherwise converged, in the order they are reported.
