@@ -142,7 +142,9 @@ async def latency(events: int, settle: float) -> dict[str, dict[str, float]]:
 def _daemon(tmp: Path, sock_path: Path) -> subprocess.Popen[bytes]:
     cfg = tmp / "etc"
     cfg.mkdir(exist_ok=True)
-    (cfg / "rdmad.toml").write_text(f'[daemon]\nstate_dir = "{tmp / "state"}"\n')
+    (cfg / "rdmad.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp / "state"}"\n\n[api]\nsocket = "{tmp / "rdmad.sock"}"\n'
+    )
     env = dict(os.environ, NOTIFY_SOCKET=str(sock_path))
     return subprocess.Popen(
         [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg), "--log-level", "warning"],

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from harness import Guest
+from harness import ExecResult, Guest
 
 STATE = "/var/lib/rdmad/state.json"
 # rdmad logs one `reconcile.pass` line per pass only at debug level: tests that must
@@ -113,3 +113,16 @@ def wait_passes(g: Guest, count: int, cause: str = "drift", timeout: float = 90.
         interval=0.5,
         what=f"{count} more '{cause}' passes of rdmad (after {start_at})",
     )
+
+
+def ctl(g: Guest, *args: str, timeout: float = 60.0) -> ExecResult:
+    """`rdmad-ctl ARGS` in the guest, as an operator runs it (no colour: not a TTY)."""
+    return g.run(["rdmad-ctl", *args], timeout=timeout)
+
+
+def ctl_status(g: Guest) -> tuple[ExecResult, dict[str, Any]]:
+    """`rdmad-ctl status` (the table and its exit code) and `--json` (the document)."""
+    table = ctl(g, "status")
+    doc = ctl(g, "status", "--json")
+    assert doc.rc in (0, 1), doc.describe()
+    return table, dict(json.loads(doc.out))

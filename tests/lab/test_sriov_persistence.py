@@ -28,6 +28,7 @@ from harness import Guest, log
 from service import (
     DEBUG_LOG,
     applied,
+    ctl_status,
     history,
     history_entries,
     journal,
@@ -556,6 +557,21 @@ def test_igb_restored_after_reboot_and_driver_reload(fresh_guest: Guest) -> None
 
     g.reboot()
     restored(2, 240)
+    # The operator's view after the reboot: converged (exit 0), the refused rate named.
+    table, doc = ctl_status(g)
+    assert table.rc == 0, table.describe()
+    assert "unsupported-by-driver" in table.out and "max_tx_rate" in table.out, table.out
+    assert doc["converged"] is True and doc["daemon"]["start_kind"] == "boot", doc["daemon"]
+    obj = next(o for o in doc["objects"] if o["obj"] == f"sriov pci={pf}")
+    vfs = {v["vf"]: v for v in obj["vfs"]}
+    assert sorted(vfs) == [0, 1, 2, 3], vfs
+    for index, settings in want.items():
+        attrs = {a["name"]: a for a in vfs[index]["attributes"]}
+        for name in settings:
+            assert attrs[name]["state"] == "converged", (index, attrs[name])
+    rate = {a["name"]: a for a in vfs[3]["attributes"]}["max_tx_rate"]
+    assert (rate["state"], rate["desired"]) == ("unsupported-by-driver", 100), rate
+    assert {a["name"]: a for a in vfs[2]["attributes"]}["driver"]["observed"] == "vfio-pci"
     boot = g.run(
         "journalctl -b -o short-monotonic --no-pager | "
         f"grep -E 'igb {pf}: Intel|{pf} sriov_numvfs: 0 -> 4' | grep -v qemu-ga | head -n 4"

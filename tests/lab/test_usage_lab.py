@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from harness import Guest, install_rdmad, log
-from service import journal, reload, start, stop_and_forget
+from service import ctl_status, journal, reload, start, stop_and_forget
 from service import status_text as status
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
@@ -142,6 +142,18 @@ def test_held_rxe_link_on_a_vf_blocks_lowering_numvfs_and_nothing_is_touched(
         assert g.vf_info(pf_netdev) == settings_before
         assert g.pci_netdevs(vf0_pci) == [vf0]
         assert "would destroy VFs in use" in status(g)
+
+        # The operator's view: not converged (exit 1), the VF blocked, naming its holder.
+        table, doc = ctl_status(g)
+        assert table.rc == 1, table.describe()
+        assert f"pid {pid} (sleep)" in table.out and "blocked" in table.out, table.out
+        assert doc["converged"] is False
+        obj = next(o for o in doc["objects"] if o["obj"] == f"sriov pci={pf}")
+        assert obj["state"] == "blocked", obj
+        assert obj["attributes"][0]["name"] == "numvfs", obj
+        assert (obj["attributes"][0]["desired"], obj["attributes"][0]["observed"]) == (1, 2)
+        vf = next(v for v in obj["vfs"] if v["vf"] == 0)
+        assert vf["usage"] == "in-use" and holder in vf["holders"], vf
         applied = [ln for ln in journal(g).splitlines() if "sriov_numvfs" in ln and "->" in ln]
         assert not [ln for ln in applied if "2 -> 0" in ln], applied
     except Exception:
