@@ -23,6 +23,7 @@ class Failure:
     since: float  # monotonic time of the first failure in this run
     retry_at: float  # monotonic time before which the object is left alone
     wall: float  # wall time of the last failure (for status/history)
+    errno: int | None = None  # the kernel's errno of the last error, when it gave one
 
 
 class Backoff:
@@ -45,11 +46,13 @@ class Backoff:
         spread = raw * self.jitter * (2 * self._rng() - 1)
         return min(self.cap, max(0.0, raw + spread))
 
-    def fail(self, obj: str, error: str, now: float, wall: float) -> Failure:
+    def fail(
+        self, obj: str, error: str, now: float, wall: float, errno: int | None = None
+    ) -> Failure:
         prev = self._failures.get(obj)
         count = prev.failures + 1 if prev else 1
         since = prev.since if prev else now
-        f = Failure(obj, error, count, since, now + self.delay(count), wall)
+        f = Failure(obj, error, count, since, now + self.delay(count), wall, errno)
         self._failures[obj] = f
         return f
 

@@ -34,7 +34,7 @@ class State:
     managed_rxe: set[str] = field(default_factory=set)
     # object -> {"what", "at", "reason", "cause"} of the last change applied to it
     applied: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # object -> {"error", "at", "failures"} of its last failure
+    # object -> {"error", "at", "failures", "errno"} of its last failure
     last_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[HistoryEntry] = field(default_factory=list)
     started_at: float = 0.0

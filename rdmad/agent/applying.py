@@ -113,13 +113,14 @@ class Applier:
             refused = self._learn_unsupported(action, result, observed)
             if not result.ok and refused < _error_count(result):
                 held_objs.add(obj)
-                self.fail(action, _result_error(action, result), cause, log_it=False)
+                error = _result_error(action, result)
+                self.fail(action, error, cause, log_it=False, errno=_result_errno(result))
                 continue
             if shared.options.dry_run:
                 continue
             changed = True
             applied_now.add(key)
-            self._after_success(action)
+            self._after_success(action, cause)
         self.last_applied = applied_now
         return Applied(count, changed, aborted)
 
@@ -182,7 +183,7 @@ class Applier:
                 )
         return learned
 
-    def _after_success(self, action: Action) -> None:
+    def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state
         clock = self.shared.clock
         if isinstance(action, AddRxe):
@@ -201,18 +202,27 @@ class Applier:
             "what": action.describe(),
             "at": clock.wall(),
             "reason": action.reason,
+            "cause": cause,
         }
         state.last_errors.pop(action.obj, None)
 
-    def fail(self, action: Action, error: str, cause: str, log_it: bool = True) -> None:
+    def fail(
+        self,
+        action: Action,
+        error: str,
+        cause: str,
+        log_it: bool = True,
+        errno: int | None = None,
+    ) -> None:
         self.failed_what.setdefault(action.obj, set()).add(action.describe())
         clock = self.shared.clock
         now = clock.monotonic()
-        f = self.shared.backoff.fail(action.obj, error, now, clock.wall())
+        f = self.shared.backoff.fail(action.obj, error, now, clock.wall(), errno)
         self.memory.state.last_errors[action.obj] = {
             "error": error,
             "at": f.wall,
             "failures": f.failures,
+            "errno": errno,
         }
         log.warning(
             "object.degraded",
@@ -231,6 +241,7 @@ class Applier:
                     reason=action.reason,
                     cause=cause,
                     error=error,
+                    errno=errno,
                     kind=action.kind,
                 )
             )
@@ -261,6 +272,15 @@ class _Crashed:
 
 def _error_count(result: ResultLike) -> int:
     return sum(1 for w in result.writes if w.error is not None) or (0 if result.ok else 1)
+
+
+def _result_errno(result: ResultLike) -> int | None:
+    """The kernel's errno of the first failed write (what ``_result_error`` names first)."""
+    for w in result.writes:
+        if w.error is not None:
+            code = getattr(w.error, "errno", None)
+            return code if isinstance(code, int) else None
+    return None
 
 
 def _result_error(action: Action, result: ResultLike) -> str:

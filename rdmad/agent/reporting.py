@@ -19,12 +19,14 @@ from rdmad.model import (
     Action,
     Blocked,
     InUseDrift,
+    ObjectDetail,
     ObjectState,
     Observed,
     Unsupported,
     format_value,
     summarize,
 )
+from rdmad.reconcile.detail import Describer
 from rdmad.state import HISTORY_KEPT
 from rdmad.status import HistoryEntry, ObjectReport, PlanReport, StatusSnapshot, StatusStore
 
@@ -43,6 +45,7 @@ class Reporter:
         self._last_status_line = ""
         self._seen: dict[str, tuple[tuple[str, str], ...]] = {}  # obj -> notes logged
         self.answered = 0  # the trigger count the latest pass answered (Batch.through)
+        self._describe = Describer()
 
     # --- history -------------------------------------------------------------------------
 
@@ -162,11 +165,16 @@ class Reporter:
         shared = self.shared
         now = shared.clock.monotonic()
         wall = shared.clock.wall()
+        memory = self.memory
         reports: list[ObjectReport] = []
         if observed is not None:
+            details = self._details(observed, actions)
+            applied = memory.state.applied if memory is not None else {}
             for s in summarize(objects, actions):
                 f = shared.backoff.get(s.obj)
                 exp = expectations.get(s.obj)
+                detail = details.get(s.obj)
+                change = _last_change(applied.get(s.obj))
                 if f is not None:
                     reports.append(
                         ObjectReport(
@@ -176,16 +184,29 @@ class Reporter:
                             last_error=f.error,
                             failures=f.failures,
                             retry_at=wall + max(0.0, f.retry_at - now),
+                            errno=f.errno,
+                            last_change=change,
+                            detail=detail,
                         )
                     )
                 elif exp is not None and exp.deadline <= now and s.state is ObjectState.PENDING:
                     msg = f"still waiting for {exp.what} after {shared.options.vf_wait:g} s"
-                    reports.append(ObjectReport(s.obj, ObjectState.DEGRADED, msg, last_error=msg))
+                    reports.append(
+                        ObjectReport(
+                            s.obj,
+                            ObjectState.DEGRADED,
+                            msg,
+                            last_error=msg,
+                            last_change=change,
+                            detail=detail,
+                        )
+                    )
                 else:
-                    reports.append(ObjectReport(s.obj, s.state, s.message))
+                    reports.append(
+                        ObjectReport(s.obj, s.state, s.message, last_change=change, detail=detail)
+                    )
         else:
             reports = list(self.status.current.objects)
-        memory = self.memory
         notes = (
             *(observed.notes if observed is not None else ()),
             *(memory.notes if memory is not None else ()),
@@ -214,6 +235,19 @@ class Reporter:
             )
         )
 
+    def _details(self, observed: Observed, actions: list[Action]) -> dict[str, ObjectDetail]:
+        """Per-VF and per-attribute detail; a bug in it costs the detail, not the status."""
+        if self.memory is None:
+            return {}
+        try:
+            details = self._describe(self.memory.desired, observed, actions)
+        except Exception as exc:
+            log.exception("status.detail-crashed")
+            self.notes["detail"] = f"internal error building status detail: {exc}"
+            return {}
+        self.notes.pop("detail", None)
+        return details
+
     # --- systemd ---------------------------------------------------------------------------
 
     def notify(self, state: str) -> None:
@@ -241,3 +275,16 @@ class Reporter:
             seconds=round(self.shared.clock.monotonic() - self.started_at, 3),
             status=line,
         )
+
+
+def _last_change(applied: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last change applied to an object as status shows it; a copy, so the snapshot
+    stays as published. State files written before ``cause`` was kept lack it."""
+    if applied is None:
+        return None
+    return {
+        "at": applied.get("at"),
+        "what": applied.get("what", ""),
+        "reason": applied.get("reason", ""),
+        "cause": applied.get("cause", ""),
+    }

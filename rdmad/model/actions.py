@@ -136,8 +136,13 @@ class DeleteRxe(Action):
 
 @dataclass(frozen=True, slots=True)
 class Blocked(Action):
-    """Something must not or cannot be done; says why and who holds it."""
+    """Something must not or cannot be done; says why and who holds it.
 
+    ``vfs``: the VFs it is about (a VF in use, a VF that cannot be re-bound), so status
+    can point at them without reading the reason; empty when it is about the object.
+    """
+
+    vfs: tuple[int, ...] = ()
     kind: ClassVar[str] = "blocked"
     changes_kernel: ClassVar[bool] = False
 
@@ -147,8 +152,13 @@ class Blocked(Action):
 
 @dataclass(frozen=True, slots=True)
 class Waiting(Action):
-    """Nothing to do yet: the kernel has not shown what the object needs."""
+    """Nothing to do yet: the kernel has not shown what the object needs.
 
+    ``vfs``: the VFs it waits for (not appeared, settings unreadable); empty when it is
+    about the object.
+    """
+
+    vfs: tuple[int, ...] = ()
     kind: ClassVar[str] = "waiting"
     changes_kernel: ClassVar[bool] = False
 

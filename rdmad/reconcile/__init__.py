@@ -1,5 +1,6 @@
 """plan(): the only place policy lives (``sriov.py`` and ``rxe.py`` hold the rules; this
-module puts them together). Pure: no I/O, no clock, no globals.
+module puts them together; ``detail.py`` reads a plan back per VF and attribute for
+status). Pure: no I/O, no clock, no globals.
 
 Given what is declared, what the kernel shows and what rdmad remembers having
 created, return the list of actions that moves the node toward the declaration,

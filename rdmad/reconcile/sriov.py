@@ -91,7 +91,13 @@ def plan_sriov(
     for vf_spec in spec.vf:
         vf = pf.vf(vf_spec.index)
         if vf is None or vf.pci is None:
-            actions.append(Waiting(obj, f"VF {vf_spec.index} of {pf.pci} has not appeared yet"))
+            actions.append(
+                Waiting(
+                    obj,
+                    f"VF {vf_spec.index} of {pf.pci} has not appeared yet",
+                    vfs=(vf_spec.index,),
+                )
+            )
             continue
         actions.extend(_plan_vf_binding(obj, pf, vf_spec, vf, observed))
         changes, notes = _netlink_changes(obj, spec, pf, vf_spec, vf, state)
@@ -138,6 +144,7 @@ def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
             Blocked(
                 obj,
                 f"numvfs {old} -> {new} would destroy VFs in use: {held}",
+                vfs=tuple(v.index for v in busy),
             )
         ]
     if len(pf.vfs) < old:
@@ -170,25 +177,19 @@ def _netlink_changes(
     planned again until the config or the driver changes. A VF in use is not
     rewritten unless its declaration opts in (``in_use_drift = "apply"``).
     """
-    wanted = [(a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None]
+    wanted, implied = netlink_wanted(spec)
     if not wanted:
         return [], []
-    implied = bool(spec.vlan) and spec.vlan_proto is None
-    if implied:
-        # A VLAN declared without a protocol means 802.1Q, as with `ip link set ... vlan V`
-        # and systemd-networkd; a VF reading another (or an unknown) one is moved to it.
-        # vlan = 0 is "no VLAN": its protocol means nothing and is left as it reads.
-        wanted.append(("vlan_proto", DEFAULT_VLAN_PROTO))
     if vf.settings is None:
         why = pf.settings_note or "the kernel did not report them"
-        return [], [Waiting(obj, f"settings of VF {vf.index} are unknown: {why}")]
+        return [], [Waiting(obj, f"settings of VF {vf.index} are unknown: {why}", vfs=(vf.index,))]
     changes: list[VfChange] = []
     notes: list[Action] = []
     refused = {k: k for k in state.unsupported if k.pci == pf.pci and k.vf == vf.index}
     for attr, new in wanted:
         old = getattr(vf.settings, attr)
-        if old == new or (implied and attr == "vlan_proto" and old is None):
-            continue  # equal, or a default the kernel does not report (nothing to compare)
+        if netlink_matches(attr, old, new, implied):
+            continue
         key = UnsupportedKey(pf.pci, pf.driver or "", vf.index, attr, format_value(new))
         if key in refused:
             said = refused[key].error or "refused"
@@ -222,17 +223,44 @@ def _netlink_changes(
     return changes, notes
 
 
+def netlink_wanted(spec: VfSpec) -> tuple[list[tuple[str, object]], bool]:
+    """The rtnetlink attributes a VF declares (in VfSettings order) with their values, and
+    whether ``vlan_proto`` among them is implied rather than declared."""
+    wanted: list[tuple[str, object]] = [
+        (a, getattr(spec, a)) for a in NETLINK_ATTRS if getattr(spec, a) is not None
+    ]
+    implied = bool(spec.vlan) and spec.vlan_proto is None
+    if implied:
+        # A VLAN declared without a protocol means 802.1Q, as with `ip link set ... vlan V`
+        # and systemd-networkd; a VF reading another (or an unknown) one is moved to it.
+        # vlan = 0 is "no VLAN": its protocol means nothing and is left as it reads.
+        wanted.append(("vlan_proto", DEFAULT_VLAN_PROTO))
+    return wanted, implied
+
+
+def netlink_matches(attr: str, old: object, new: object, implied: bool) -> bool:
+    """A VF's rtnetlink attribute reads as declared: equal, or an implied protocol the
+    kernel does not report (nothing to compare)."""
+    return old == new or (implied and attr == "vlan_proto" and old is None)
+
+
+def ib_wanted(spec: VfSpec) -> list[tuple[str, object]]:
+    """The InfiniBand identity attributes a VF declares, with their values."""
+    return [(a, getattr(spec, a)) for a in IB_ATTRS if getattr(spec, a) is not None]
+
+
 def _plan_vf_binding(
     obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved, observed: Observed
 ) -> Iterator[Action]:
     assert vf.pci is not None
-    rebind_driver = spec.driver is not None and not _bound_as_declared(spec.driver, vf)
+    rebind_driver = spec.driver is not None and not bound_as_declared(spec.driver, vf)
     ib_changes = _ib_changes(spec, vf)
     if ib_changes is None:
         yield Blocked(
             obj,
             f"VF {vf.index}: node_guid/port_guid/policy need an InfiniBand PF; "
             f"{pf.pci} has no IB SR-IOV controls",
+            vfs=(vf.index,),
         )
         ib_changes = []
     needs_rebind = any(c.attr != "policy" for c in ib_changes) or rebind_driver
@@ -242,6 +270,7 @@ def _plan_vf_binding(
             obj,
             f"VF {vf.index} ({vf.pci}) must be re-bound to {what}, "
             f"but it is in use: {vf.usage.describe()}",
+            vfs=(vf.index,),
         )
         # Policy alone needs no rebind; still apply it.
         ib_changes = [c for c in ib_changes if c.attr == "policy"]
@@ -275,7 +304,7 @@ def _plan_vf_binding(
         )
 
 
-def _bound_as_declared(driver: str, vf: VfObserved) -> bool:
+def bound_as_declared(driver: str, vf: VfObserved) -> bool:
     """Bound to the declared driver, or (driver = none) unbound and kept so by
     driver_override, so that a re-probe after a PF reset does not bind it again."""
     if driver == NO_DRIVER:
@@ -289,7 +318,7 @@ def _module_name(driver: str) -> str:
 
 
 def _ib_changes(spec: VfSpec, vf: VfObserved) -> list[VfChange] | None:
-    wanted = [(a, getattr(spec, a)) for a in IB_ATTRS if getattr(spec, a) is not None]
+    wanted = ib_wanted(spec)
     if not wanted:
         return []
     if vf.ib is None:
