@@ -29,11 +29,11 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from rdmad.model import DaemonSpec, Desired, NetdevRef
+from rdmad.model import DaemonSpec, Desired, MetricsSpec, NetdevRef
 
 DEFAULT_DIR = Path("/etc/rdmad")
 MAIN_FILE = "rdmad.toml"
@@ -43,6 +43,7 @@ DROPIN_DIR = "rdmad.d"
 MAX_FILE_BYTES = 1024 * 1024
 
 Loc = tuple[str | int, ...]
+S = TypeVar("S", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,24 @@ def daemon_settings(location: Path = DEFAULT_DIR) -> DaemonSpec:
 
     Logging and the state directory are chosen before the agent loads the config;
     a broken drop-in must not send the state file to the default directory or drop
-    the log level the admin set. So: every file that reads, merged as usual, and
-    each ``[daemon]`` key that is valid on its own. The errors are the agent's to
+    the log level the admin set. See ``section_settings``.
+    """
+    return section_settings(location, "daemon", DaemonSpec)
+
+
+def metrics_settings(location: Path = DEFAULT_DIR) -> MetricsSpec:
+    """The ``[metrics]`` settings (textfile directory, TCP listener) to start with.
+
+    Like ``daemon_settings``: an invalid config elsewhere must not switch metrics off.
+    """
+    return section_settings(location, "metrics", MetricsSpec)
+
+
+def section_settings(location: Path, section: str, spec: type[S]) -> S:
+    """One top-level table's settings, even when the config as a whole is invalid.
+
+    Every file that reads, merged as usual, and each key of ``[section]`` that is
+    valid on its own; the rest take their defaults. The errors are the agent's to
     report (it loads the config itself), so none are returned here.
     """
     files, _ = _discover(location)
@@ -186,17 +203,17 @@ def daemon_settings(location: Path = DEFAULT_DIR) -> DaemonSpec:
         doc, _problem = read_document(path)
         if doc is not None:
             merger.add(_display(path), doc)
-    table = merger.merged.get("daemon")
+    table = merger.merged.get(section)
     if not isinstance(table, dict):
-        return DaemonSpec()
+        return spec()
     good = {}
     for key, value in table.items():
         try:
-            DaemonSpec.model_validate({key: value})
+            spec.model_validate({key: value})
         except ValidationError:
             continue
         good[key] = value
-    return DaemonSpec.model_validate(good)
+    return spec.model_validate(good)
 
 
 def _display(path: Path) -> str:

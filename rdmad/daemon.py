@@ -12,13 +12,15 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
 from rdmad import config, logs, state
 from rdmad.agent import Agent, AgentOptions, Host
+from rdmad.api.metrics import Metrics
 from rdmad.clock import SystemClock
-from rdmad.model import DaemonSpec
+from rdmad.model import DaemonSpec, MetricsSpec
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
 
@@ -190,6 +192,43 @@ def _load_config(location: Path) -> config.LoadedConfig:
         ) from exc
 
 
+def _metrics_spec(location: Path) -> MetricsSpec:
+    """[metrics] from whatever part of the config is readable; never raises (an
+    invalid config must not stop the daemon, nor its metrics)."""
+    try:
+        return config.metrics_settings(location)
+    except Exception:
+        return MetricsSpec()
+
+
+class _Closeable(Protocol):
+    async def close(self) -> None: ...
+
+
+async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeable]:
+    """The textfile writer and TCP listener the config asks for. One that cannot start
+    is logged and left out: the daemon's job is the node, not its metrics."""
+    started: list[_Closeable] = []
+    if spec.textfile_dir:
+        from rdmad.api.textfile import TextfileWriter
+
+        writer = TextfileWriter(metrics, spec.textfile_dir, spec.textfile_interval)
+        writer.start()
+        started.append(writer)
+        log.info("metrics.textfile", path=str(writer.path), interval=spec.textfile_interval)
+    if spec.listen:
+        from rdmad.api.metrics_http import start_tcp_listener
+
+        try:
+            listener = await start_tcp_listener(metrics, spec.listen)
+        except (OSError, ValueError) as exc:
+            log.error("metrics.listen-failed", listen=spec.listen, error=str(exc))
+        else:
+            started.append(listener)
+            log.info("metrics.listen", listen=spec.listen, addresses=listener.addresses)
+    return started
+
+
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
@@ -209,6 +248,8 @@ async def serve(opts: RunOptions) -> int:
         boot_id=read_boot_id(),
         options=AgentOptions(dry_run=opts.dry_run, watchdog_interval=watchdog_interval()),
     )
+    metrics = Metrics(agent.status, queue)
+    exporters = await _start_exporters(metrics, _metrics_spec(opts.config))
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, agent.stop)
     loop.add_signal_handler(signal.SIGINT, agent.stop)
@@ -223,6 +264,12 @@ async def serve(opts: RunOptions) -> int:
     try:
         await agent.run()
     finally:
+        metrics.close()  # rdmad_up 0 in the textfile's last write
+        for exporter in exporters:
+            try:
+                await exporter.close()
+            except Exception:
+                log.exception("metrics.close-failed", exporter=repr(exporter))
         for thing in (*closers, kernel):
             close = getattr(thing, "close", None)
             if close is not None:

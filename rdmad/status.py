@@ -113,6 +113,9 @@ class StatusSnapshot:
     last_pass_at: float | None = None  # wall time the last pass finished
     last_pass_seconds: float | None = None
     last_cause: str = ""
+    # The last pass observed the kernel and planned (False: observe() or plan() failed,
+    # and ``objects`` are those of the pass before).
+    last_pass_ok: bool = True
     ready: bool = False
     dry_run: bool = False
     start_kind: str = ""  # boot, restart, first-start
@@ -211,6 +214,13 @@ class StatusStore:
     def unsubscribe(self, listener: Listener) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def restore(self, entries: Iterable[HistoryEntry]) -> None:
+        """History kept from before this start (the state file): readers see it in
+        ``history()``, listeners are not told: it is not news (metrics would count
+        a previous run's actions again)."""
+        self._history.extend(entries)
+        self.version += 1
 
     def publish(self, snapshot: StatusSnapshot) -> None:
         self._current = snapshot

@@ -148,6 +148,7 @@ class Applier:
                 what=action.describe(),
                 reason=result.note,
                 cause=cause,
+                kind=action.kind,
             )
         )
         self.shared.queue.put(Trigger("followup", f"re-plan {action.obj}: {result.note}"))

@@ -134,7 +134,7 @@ class Agent:
     def _start(self) -> None:
         clock, memory, reporter, timers = self.clock, self.memory, self.reporter, self.timers
         reporter.started_at = clock.monotonic()
-        self.status.record(memory.load_state())
+        self.status.restore(memory.load_state())
         self.runner.reload_config(initial=True)
         memory.state.started_at = clock.wall()
         dry = " dry run" if self.options.dry_run else ""

@@ -64,3 +64,9 @@ class Shared:
     backoff: Backoff
     rng: Callable[[], float]
     passes: deque[PassInfo] = field(default_factory=lambda: deque(maxlen=10_000))
+    # Passes ever run: ``passes`` keeps only the latest, so its length stops growing.
+    pass_count: int = 0
+
+    def add_pass(self, info: PassInfo) -> None:
+        self.passes.append(info)
+        self.pass_count += 1

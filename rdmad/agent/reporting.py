@@ -221,10 +221,12 @@ class Reporter:
                 config_ok=memory.config_ok if memory is not None else True,
                 answered=self.answered,
                 notes=tuple(notes),
-                passes=len(shared.passes),
+                passes=shared.pass_count,
                 last_pass_at=wall if last is not None else None,
                 last_pass_seconds=last.seconds if last is not None else None,
                 last_cause=last.cause if last is not None else "",
+                # Published without a fresh observation once passes ran: observe or plan failed.
+                last_pass_ok=observed is not None or last is None,
                 ready=self.ready,
                 dry_run=shared.options.dry_run,
                 start_kind=memory.start_kind if memory is not None else "",

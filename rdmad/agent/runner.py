@@ -91,7 +91,7 @@ class PassRunner:
         now = clock.monotonic()
         self._update_objects(objects, actions)
         seconds = now - started
-        shared.passes.append(
+        shared.add_pass(
             PassInfo(started, batch.first_at, batch.count, cause, seconds, done.count, done.changed)
         )
         log.debug(
@@ -160,7 +160,7 @@ class PassRunner:
         f = self.shared.backoff.fail(what, f"{words}: {exc}", now, clock.wall())
         log.error(f"{what}.failed", error=str(exc), failures=f.failures)
         self.reporter.notes[what] = f.error
-        self.shared.passes.append(
+        self.shared.add_pass(
             PassInfo(started, batch.first_at, batch.count, cause, now - started, 0, False)
         )
         self.timers.arm_retry()

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rdmad import config
 from rdmad.config import ConfigInvalid, load
-from rdmad.model import DaemonSpec
+from rdmad.model import DaemonSpec, MetricsSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -527,3 +527,19 @@ def test_daemon_settings_survive_a_broken_dropin(tmp_path: Path) -> None:
     assert got == ("/srv/rdmad-state", "debug", "json")
     assert spec.settle == DaemonSpec().settle  # the invalid value falls back to the default
     assert config.daemon_settings(tmp_path / "missing") == DaemonSpec()
+
+
+def test_metrics_settings_survive_an_invalid_config(tmp_path: Path) -> None:
+    """Metrics stay on (and where the admin put them) whatever else is wrong."""
+    write(
+        tmp_path,
+        "rdmad.toml",
+        '[metrics]\nlisten = "[::1]:9478"\ntextfile_interval = "1ms"\n[[sriov]]\nnumvfs = 1\n',
+    )
+    write(tmp_path, "rdmad.d/20-more.toml", '[metrics]\ntextfile_dir = "/var/lib/node_exporter"\n')
+    with pytest.raises(config.ConfigInvalid):
+        config.load(tmp_path)
+    spec = config.metrics_settings(tmp_path)
+    assert (spec.listen, spec.textfile_dir) == ("[::1]:9478", "/var/lib/node_exporter")
+    assert spec.textfile_interval == MetricsSpec().textfile_interval  # 1ms: below the minimum
+    assert config.metrics_settings(tmp_path / "missing") == MetricsSpec()

@@ -1,0 +1,286 @@
+"""Prometheus metrics: what the status store and the trigger queue say, as numbers.
+
+``Metrics`` owns a private ``CollectorRegistry`` (nothing else in the process leaks
+into rdmad's output). Two kinds of metric, so that metrics never slow the reconcile
+loop:
+
+* counters and the pass-duration histogram are bumped by a store listener, which runs
+  on the loop right after each change and does nothing but increment;
+* everything that describes *now* (objects by state, VFs per PF, readiness ...) is
+  computed at scrape time from the current immutable snapshot by ``_NowCollector``.
+
+``render()`` must run on the event loop's thread (it reads the trigger queue's
+counters, which only that thread changes). The metric list is docs/METRICS.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import time
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rdmad import __version__
+from rdmad.model import ObjectState
+from rdmad.status import Change, HistoryEntry, StatusSnapshot, StatusView
+from rdmad.triggers import TriggerQueue
+
+# The Content-Type of ``render()``'s output.
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# A pass over a quiet node takes a few ms; one that waits for VFs to appear or a slow
+# driver can take tens of seconds (the agent's per-action budgets end there).
+DURATION_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+# History events that are the outcome of an action (rdmad_actions_total's outcome label).
+ACTION_OUTCOMES = frozenset({"applied", "failed", "recorded", "stale"})
+
+# The client library would add a `_created` series beside every counter and histogram;
+# they double the output and no dashboard uses them (this is the library's public switch).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class Metrics:
+    """rdmad's metrics over a status view and the trigger queue.
+
+    Built before the agent runs; it subscribes to the store at once so no pass or
+    history entry is missed. ``close()`` unsubscribes.
+    """
+
+    def __init__(
+        self,
+        status: StatusView,
+        queue: TriggerQueue | None = None,
+        *,
+        version: str = __version__,
+        started_at: float | None = None,
+    ) -> None:
+        self.status = status
+        self.queue = queue
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._passes = Counter(
+            "rdmad_reconcile_passes", "Reconcile passes run (plan-only requests excluded).",
+            registry=r,
+        )  # fmt: skip
+        self._duration = Histogram(
+            "rdmad_reconcile_duration_seconds",
+            "How long reconcile passes took: observe, plan and apply.",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._actions = Counter(
+            "rdmad_actions",
+            "Actions by kind (set-numvfs, set-vf, add-rxe ...) and outcome "
+            "(applied, failed, recorded in a dry run, stale: not applied, re-planned).",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self._kernel_errors = Counter(
+            "rdmad_kernel_errors",
+            "Failed kernel writes by errno name.",
+            ["errno"],
+            registry=r,
+        )
+        Info("rdmad_build", "rdmad's version and the Python running it.", registry=r).info(
+            {"version": version, "python": platform.python_version()}
+        )
+        self._up = Gauge("rdmad_up", "1 while rdmad runs; 0 once it stopped cleanly.", registry=r)
+        self._up.set(1)
+        Gauge("rdmad_start_time_seconds", "When rdmad started (Unix time).", registry=r).set(
+            time.time() if started_at is None else started_at
+        )
+        self.last_success: float | None = None
+        # Passes that happened before we looked count, but have no duration to observe.
+        now = status.current
+        self._seen_passes = now.passes
+        if now.passes:
+            self._passes.inc(now.passes)
+            self._note_success(now)
+        r.register(_NowCollector(self))
+        status.subscribe(self._on_change)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition (``CONTENT_TYPE``); on the loop's thread."""
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """rdmad is stopping: ``rdmad_up`` drops to 0 (a textfile written after this
+        says so to whoever reads it later); stop listening to the store."""
+        self._up.set(0)
+        self.status.unsubscribe(self._on_change)
+
+    # --- the store listener: runs on the loop after each change; increments only ---------
+
+    def _on_change(self, change: Change) -> None:
+        what, value = change
+        if what == "status":
+            self._on_status(value)
+        elif what == "history":
+            self._on_history(value)
+
+    def _on_status(self, snap: StatusSnapshot) -> None:
+        grown = snap.passes - self._seen_passes
+        if grown <= 0:
+            return  # the same pass republished (e.g. READY=1 set)
+        self._seen_passes = snap.passes
+        self._passes.inc(grown)
+        if snap.last_pass_seconds is not None:
+            self._duration.observe(snap.last_pass_seconds)
+        self._note_success(snap)
+
+    def _note_success(self, snap: StatusSnapshot) -> None:
+        if (
+            snap.last_pass_ok
+            and snap.last_pass_at is not None
+            and snap.count(ObjectState.DEGRADED) == 0
+        ):
+            self.last_success = snap.last_pass_at
+
+    def _on_history(self, entry: HistoryEntry) -> None:
+        if entry.event not in ACTION_OUTCOMES:
+            return
+        self._actions.labels(entry.kind or "unknown", entry.event).inc()
+        if entry.event == "failed" and entry.errno is not None:
+            self._kernel_errors.labels(errno_name(entry.errno)).inc()
+
+
+# Where two names share a number, the one the kernel and its docs use (Python's table
+# picks ENOTSUP for 95; drivers return EOPNOTSUPP).
+_KERNEL_NAMES = {errno.EOPNOTSUPP: "EOPNOTSUPP"}
+
+
+def errno_name(number: int) -> str:
+    """EINVAL for 22; the number itself for one this Python does not name."""
+    return _KERNEL_NAMES.get(number) or errno.errorcode.get(number, str(number))
+
+
+class _NowCollector(Collector):
+    """The gauges that describe the node now, computed from the snapshot at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._m = metrics
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only (for the registry's collision check); no samples, no snapshot read.
+        return iter(_Now().all())
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._m.status.current
+        now = _Now()
+        for state in ObjectState:
+            now.objects.add_metric([state.value], snap.count(state))
+        unsupported = in_use = 0
+        for report in snap.objects:
+            d = report.detail
+            if d is None:
+                continue
+            if d.kind == "sriov":
+                pf = str(d.desired.get("pf") or report.obj)
+                desired_n = _count(d.desired.get("numvfs"))
+                present_n = _count(d.observed.get("numvfs"))
+                if desired_n is not None:
+                    now.vfs_desired.add_metric([pf], desired_n)
+                if present_n is not None:
+                    now.vfs_present.add_metric([pf], present_n)
+            attrs = [*d.attributes, *(a for vf in d.vfs for a in vf.attributes)]
+            unsupported += sum(1 for a in attrs if a.state is ObjectState.UNSUPPORTED)
+            blocked_vfs = sum(
+                1 for vf in d.vfs if vf.state is ObjectState.BLOCKED and vf.usage != "free"
+            )
+            in_use += blocked_vfs
+            # An object blocked as a whole because it is in use (an rxe link with users).
+            if (
+                not blocked_vfs
+                and report.state is ObjectState.BLOCKED
+                and d.observed.get("usage") not in (None, "free")
+            ):
+                in_use += 1
+        now.unsupported.add_metric([], unsupported)
+        now.in_use.add_metric([], in_use)
+        now.ready.add_metric([], 1 if snap.ready else 0)
+        now.config_valid.add_metric([], 0 if snap.config_errors else 1)
+        if self._m.last_success is not None:
+            now.last_success.add_metric([], self._m.last_success)
+        if self._m.queue is not None:
+            # A copy first: iterating a Counter is only safe while nothing adds to it.
+            for source, n in sorted(dict(self._m.queue.by_source).items()):
+                now.events.add_metric([source], n)
+        # A family without samples is left out (no last success yet, no queue).
+        return (f for f in now.all() if f.samples)
+
+
+class _Now:
+    """The scrape-time families, empty; ``collect`` fills them."""
+
+    def __init__(self) -> None:
+        g = GaugeMetricFamily
+        self.objects = g("rdmad_objects", "Declared objects by state.", labels=["state"])
+        self.vfs_desired = g(
+            "rdmad_vfs_desired", "VFs declared per SR-IOV PF (numvfs).", labels=["pf"]
+        )
+        self.vfs_present = g(
+            "rdmad_vfs_present", "VFs the kernel shows per SR-IOV PF.", labels=["pf"]
+        )
+        self.unsupported = g(
+            "rdmad_attributes_unsupported",
+            "Declared attributes (of objects and VFs) the driver refuses.",
+            labels=[],
+        )
+        self.in_use = g(
+            "rdmad_in_use_blocks",
+            "VFs (and rxe links) whose change rdmad holds back because they are in use.",
+            labels=[],
+        )
+        self.ready = g(
+            "rdmad_ready", "1 once the first reconcile finished (systemd READY=1).", labels=[]
+        )
+        self.config_valid = g(
+            "rdmad_config_valid", "1 if the config on disk loaded without errors.", labels=[]
+        )
+        self.last_success = g(
+            "rdmad_last_successful_reconcile_timestamp_seconds",
+            "When the last pass with no failure (no degraded object, observe worked) ended.",
+            labels=[],
+        )
+        self.events = CounterMetricFamily(
+            "rdmad_events",
+            "Triggers received by source (udev, netlink, drift, api ...).",
+            labels=["source"],
+        )
+
+    def all(self) -> list[Metric]:
+        return [
+            self.objects,
+            self.vfs_desired,
+            self.vfs_present,
+            self.unsupported,
+            self.in_use,
+            self.ready,
+            self.config_valid,
+            self.last_success,
+            self.events,
+        ]
+
+
+def _count(value: object) -> int | None:
+    """A VF count from detail; None when unset or not reported (bools are not counts)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "Metrics", "errno_name"]
