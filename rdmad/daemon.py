@@ -12,15 +12,19 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from rdmad import config, logs, state
 from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.clock import SystemClock
-from rdmad.model import DaemonSpec
+from rdmad.model import ApiSpec, DaemonSpec
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
+
+if TYPE_CHECKING:
+    from rdmad.api import ApiServer
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -190,6 +194,37 @@ def _load_config(location: Path) -> config.LoadedConfig:
         ) from exc
 
 
+def _api_spec(location: Path) -> ApiSpec:
+    """The ``[api]`` settings, from whatever part of the config is readable (never raises)."""
+    try:
+        return config.api_settings(location)
+    except Exception:
+        return ApiSpec()
+
+
+async def _start_api(opts: RunOptions, agent: Agent, queue: TriggerQueue) -> ApiServer | None:
+    """The local API, or None: a failure to start it is logged and the daemon runs on
+    without it (keeping the node reconciled matters more than answering questions)."""
+    spec = _api_spec(opts.config)
+    if not spec.enabled:
+        log.info("api.disabled", why="[api] enabled = false")
+        return None
+    from rdmad.api import ApiServer
+
+    server = ApiServer(agent.status, queue, opts.config, spec)
+    try:
+        await server.start()
+    except Exception as exc:
+        log.error(
+            "api.failed",
+            socket=spec.socket,
+            error=str(exc),
+            consequence="running without the local API: rdmad-ctl cannot reach this daemon",
+        )
+        return None
+    return server
+
+
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
@@ -220,9 +255,13 @@ async def serve(opts: RunOptions) -> int:
         dry_run=opts.dry_run,
         watchdog=agent.options.watchdog_interval,
     )
+    # Before run(): the socket exists by the time the agent sends READY=1.
+    api = await _start_api(opts, agent, queue)
     try:
         await agent.run()
     finally:
+        if api is not None:
+            await api.close()
         for thing in (*closers, kernel):
             close = getattr(thing, "close", None)
             if close is not None:
