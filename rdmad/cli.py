@@ -168,7 +168,7 @@ def _boot_id(root: Path) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from rdmad.snapshot import snapshot
+    from rdmad.snapshot import header_for, settings_unknown, snapshot
 
     try:
         observed = observe_host(Path(args.root))
@@ -176,13 +176,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     where = "this host" if args.root == "/" else args.root
-    header = f"Written by `rdmad snapshot` from {where}: the live state, declared."
-    for note in observed.notes:
-        header += f"\nnote: {note}"
-    unknown = [pf.pci for pf in observed.pfs if pf.numvfs and pf.settings_note]
-    if unknown:
-        header += "\nVF settings not read (so not declared) for: " + ", ".join(unknown)
-    text = snapshot(observed, header=header)
+    unknown = settings_unknown(observed)
+    text = snapshot(observed, header=header_for(observed, where))
     if args.json:
         _print_json({"toml": text, "notes": list(observed.notes), "settings_unknown": unknown})
     elif args.output is None:

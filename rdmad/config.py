@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rdmad.model import DaemonSpec, Desired, MetricsSpec, NetdevRef
+from rdmad.model import ApiSpec, DaemonSpec, Desired, MetricsSpec, NetdevRef
 
 DEFAULT_DIR = Path("/etc/rdmad")
 MAIN_FILE = "rdmad.toml"
@@ -43,7 +43,7 @@ DROPIN_DIR = "rdmad.d"
 MAX_FILE_BYTES = 1024 * 1024
 
 Loc = tuple[str | int, ...]
-S = TypeVar("S", bound=BaseModel)
+_SpecT = TypeVar("_SpecT", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -177,9 +177,9 @@ def daemon_settings(location: Path = DEFAULT_DIR) -> DaemonSpec:
 
     Logging and the state directory are chosen before the agent loads the config;
     a broken drop-in must not send the state file to the default directory or drop
-    the log level the admin set. See ``section_settings``.
+    the log level the admin set. See ``_section_settings``.
     """
-    return section_settings(location, "daemon", DaemonSpec)
+    return _section_settings(location, "daemon", DaemonSpec)
 
 
 def metrics_settings(location: Path = DEFAULT_DIR) -> MetricsSpec:
@@ -187,22 +187,23 @@ def metrics_settings(location: Path = DEFAULT_DIR) -> MetricsSpec:
 
     Like ``daemon_settings``: an invalid config elsewhere must not switch metrics off.
     """
-    return section_settings(location, "metrics", MetricsSpec)
+    return _section_settings(location, "metrics", MetricsSpec)
 
 
-def section_settings(location: Path, section: str, spec: type[S]) -> S:
+def api_settings(location: Path = DEFAULT_DIR) -> ApiSpec:
+    """The ``[api]`` settings to start the API with, read like ``daemon_settings``: an
+    invalid config elsewhere must not take the API (the way to see why) away."""
+    return _section_settings(location, "api", ApiSpec)
+
+
+def _section_settings(location: Path, section: str, spec: type[_SpecT]) -> _SpecT:
     """One top-level table's settings, even when the config as a whole is invalid.
 
     Every file that reads, merged as usual, and each key of ``[section]`` that is
     valid on its own; the rest take their defaults. The errors are the agent's to
     report (it loads the config itself), so none are returned here.
     """
-    files, _ = _discover(location)
-    merger = _Merger()
-    for path in files:
-        doc, _problem = read_document(path)
-        if doc is not None:
-            merger.add(_display(path), doc)
+    merger = _merge_readable(location)
     table = merger.merged.get(section)
     if not isinstance(table, dict):
         return spec()
@@ -214,6 +215,75 @@ def section_settings(location: Path, section: str, spec: type[S]) -> S:
             continue
         good[key] = value
     return spec.model_validate(good)
+
+
+def _merge_readable(location: Path) -> _Merger:
+    files, _ = _discover(location)
+    merger = _Merger()
+    for path in files:
+        doc, _problem = read_document(path)
+        if doc is not None:
+            merger.add(_display(path), doc)
+    return merger
+
+
+@dataclass(frozen=True)
+class ValueOrigin:
+    """One value of the merged config and where it came from."""
+
+    key: str  # its path in the merged config, e.g. "sriov[0].numvfs"
+    value: Any
+    file: str
+    file_key: str  # its path in that file (drop-ins number their own [[sriov]] entries)
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The config as merged from its files (valid or not), for showing, never for running."""
+
+    merged: dict[str, Any]
+    values: tuple[ValueOrigin, ...]
+    files: tuple[str, ...]
+    errors: tuple[ConfigError, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def effective(location: Path = DEFAULT_DIR) -> Effective:
+    """The merged config at ``location`` with the file and key each value came from,
+    and every error ``load()`` would report. Reads only; changes nothing."""
+    files, errors = _discover(location)
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for path in files:
+        doc, problem = read_document(path)
+        if problem is not None:
+            errors.append(problem)
+        elif doc is not None:
+            docs.append((_display(path), doc))
+    merger = _Merger()
+    for file, doc in docs:
+        merger.add(file, doc)
+    _desired, more = parse(docs)
+    errors.extend(more)
+    values = []
+    for loc, value in _leaves(merger.merged, ()):
+        file, file_key = merger.origin(loc)
+        values.append(ValueOrigin(_render(loc), value, file, file_key))
+    return Effective(merger.merged, tuple(values), tuple(_display(p) for p in files), tuple(errors))
+
+
+def _leaves(value: Any, loc: Loc) -> Iterable[tuple[Loc, Any]]:
+    """Every value that is not a table or an array of tables, with its location."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _leaves(sub, (*loc, key))
+    elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        for i, sub in enumerate(value):
+            yield from _leaves(sub, (*loc, i))
+    else:
+        yield loc, value
 
 
 def _display(path: Path) -> str:

@@ -12,7 +12,7 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -20,9 +20,12 @@ from rdmad import config, logs, state
 from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.api.metrics import Metrics
 from rdmad.clock import SystemClock
-from rdmad.model import DaemonSpec, MetricsSpec
+from rdmad.model import ApiSpec, DaemonSpec, MetricsSpec
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
+
+if TYPE_CHECKING:
+    from rdmad.api import ApiServer
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -229,6 +232,39 @@ async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeab
     return started
 
 
+def _api_spec(location: Path) -> ApiSpec:
+    """The ``[api]`` settings, from whatever part of the config is readable (never raises)."""
+    try:
+        return config.api_settings(location)
+    except Exception:
+        return ApiSpec()
+
+
+async def _start_api(
+    opts: RunOptions, agent: Agent, queue: TriggerQueue, metrics: Metrics
+) -> ApiServer | None:
+    """The local API, or None: a failure to start it is logged and the daemon runs on
+    without it (keeping the node reconciled matters more than answering questions)."""
+    spec = _api_spec(opts.config)
+    if not spec.enabled:
+        log.info("api.disabled", why="[api] enabled = false")
+        return None
+    from rdmad.api import ApiServer
+
+    server = ApiServer(agent.status, queue, opts.config, spec, metrics=metrics)
+    try:
+        await server.start()
+    except Exception as exc:
+        log.error(
+            "api.failed",
+            socket=spec.socket,
+            error=str(exc),
+            consequence="running without the local API: rdmad-ctl cannot reach this daemon",
+        )
+        return None
+    return server
+
+
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
@@ -261,9 +297,13 @@ async def serve(opts: RunOptions) -> int:
         dry_run=opts.dry_run,
         watchdog=agent.options.watchdog_interval,
     )
+    # Before run(): the socket exists by the time the agent sends READY=1.
+    api = await _start_api(opts, agent, queue, metrics)
     try:
         await agent.run()
     finally:
+        if api is not None:
+            await api.close()
         metrics.close()  # rdmad_up 0 in the textfile's last write
         for exporter in exporters:
             try:

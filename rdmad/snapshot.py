@@ -55,6 +55,22 @@ UNSETTABLE: dict[str, dict[str, tuple[frozenset[object] | None, str]]] = {
 }
 
 
+def settings_unknown(observed: Observed) -> list[str]:
+    """PFs with VFs whose settings could not be read (so the snapshot declares none)."""
+    return [pf.pci for pf in observed.pfs if pf.numvfs and pf.settings_note]
+
+
+def header_for(observed: Observed, where: str) -> str:
+    """The snapshot's opening comment: where it was taken and what it could not read."""
+    text = f"Written by `rdmad snapshot` from {where}: the live state, declared."
+    for note in observed.notes:
+        text += f"\nnote: {note}"
+    unknown = settings_unknown(observed)
+    if unknown:
+        text += "\nVF settings not read (so not declared) for: " + ", ".join(unknown)
+    return text
+
+
 def snapshot(observed: Observed, header: str = "") -> str:
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     for pf in observed.pfs:

@@ -1,5 +1,14 @@
-"""What rdmad shows the world beyond its own process: the local API and metrics.
+"""The local API (docs/API.md): versioned JSON over HTTP on a UNIX socket.
 
-Everything here sees the agent only through the status store (``rdmad.status``) and
-the trigger queue (``rdmad.triggers``), never the agent object.
+``unixsock`` makes the socket (final owner and mode before it listens), ``auth``
+decides who may ask (SO_PEERCRED), ``errors`` keeps every error JSON and the
+load bounded, ``documents`` builds the JSON from the store's snapshots,
+``waiting`` waits for the agent to answer a trigger, ``events`` streams changes,
+``routes`` are the endpoints and ``server`` starts and stops it all. The API sees
+the agent only through the status store and the trigger queue.
 """
+
+from rdmad.api.server import ApiServer
+from rdmad.api.unixsock import SocketError
+
+__all__ = ["ApiServer", "SocketError"]

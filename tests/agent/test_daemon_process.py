@@ -6,12 +6,15 @@ and plays systemd's side of NOTIFY_SOCKET. Waits are on datagrams with deadlines
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,10 +49,20 @@ class Systemd:
 
 
 @pytest.fixture
-def daemon_env(tmp_path: Path) -> Iterator[tuple[Path, Systemd, dict[str, str]]]:
+def api_socket() -> Iterator[Path]:
+    """The daemon's API socket, in a short private directory (never /run/rdmad)."""
+    d = Path(tempfile.mkdtemp(prefix="rdmad-d-", dir="/tmp"))
+    yield d / "rdmad.sock"
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path, api_socket: Path) -> Iterator[tuple[Path, Systemd, dict[str, str]]]:
     cfg = tmp_path / "etc"
     cfg.mkdir()
-    (cfg / "rdmad.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    (cfg / "rdmad.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[api]\nsocket = "{api_socket}"\n'
+    )
     sd = Systemd(tmp_path / "notify.sock")
     env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="400000")
     env.pop("WATCHDOG_PID", None)
@@ -57,8 +70,23 @@ def daemon_env(tmp_path: Path) -> Iterator[tuple[Path, Systemd, dict[str, str]]]
     sd.sock.close()
 
 
+def api_get(sock_path: Path, url: str) -> tuple[int, dict[str, object]]:
+    """One request over the daemon's API socket, with the standard library."""
+    conn = http.client.HTTPConnection("rdmad", timeout=10)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(sock_path))
+    conn.sock = sock
+    try:
+        conn.request("GET", url)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
 def test_ready_status_watchdog_reload_and_term(
-    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path, api_socket: Path
 ) -> None:
     cfg, sd, env = daemon_env
     log = (tmp_path / "daemon.log").open("w")
@@ -82,6 +110,10 @@ def test_ready_status_watchdog_reload_and_term(
     try:
         ready = sd.expect("READY=1")
         assert "STATUS=nothing declared" in ready
+        # The API socket was there by READY=1, and it is this daemon answering.
+        code, status = api_get(api_socket, "/v1/status")
+        assert code == 200 and status["summary"] == "nothing declared"
+        assert status["daemon"]["pid"] == proc.pid  # type: ignore[index]
         sd.expect("WATCHDOG=1", timeout=5)
 
         (cfg / "rdmad.toml").write_text("[daemon]\nsettle = 'soon'\n")
@@ -92,6 +124,7 @@ def test_ready_status_watchdog_reload_and_term(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         sd.expect("STOPPING=1", timeout=5)
+        assert not api_socket.exists()  # removed on the way out
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -103,12 +136,13 @@ def test_ready_status_watchdog_reload_and_term(
 
 
 def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
-    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path, api_socket: Path
 ) -> None:
     """A non-UTF-8 drop-in used to end `run()` (and Restart=on-failure looped on it)."""
     cfg, sd, env = daemon_env
+    api = (cfg / "rdmad.toml").read_text().split("[api]")[1]
     (cfg / "rdmad.toml").write_text(
-        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nlog_level = "debug"\n'
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nlog_level = "debug"\n[api]{api}'
     )
     dropin = cfg / "rdmad.d" / "50-latin1.toml"
     dropin.parent.mkdir()
@@ -124,6 +158,9 @@ def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
     try:
         ready = sd.expect("READY=1")
         assert "config invalid (1 error(s))" in ready
+        # The invalid config did not take the API away: it is how one sees why.
+        code, status = api_get(api_socket, "/v1/status")
+        assert code == 200 and "not UTF-8" in str(status["daemon"]["config_errors"])  # type: ignore[index]
         sd.expect("WATCHDOG=1", timeout=5)  # the loop runs on
         assert proc.poll() is None
 

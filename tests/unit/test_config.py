@@ -543,3 +543,47 @@ def test_metrics_settings_survive_an_invalid_config(tmp_path: Path) -> None:
     assert (spec.listen, spec.textfile_dir) == ("[::1]:9478", "/var/lib/node_exporter")
     assert spec.textfile_interval == MetricsSpec().textfile_interval  # 1ms: below the minimum
     assert config.metrics_settings(tmp_path / "missing") == MetricsSpec()
+
+
+def test_api_settings_survive_an_invalid_config(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", '[api]\nsocket = "/tmp/x.sock"\nread_group = "bad group!"\n')
+    write(tmp_path, "rdmad.d/10-broken.toml", "[daemon]\nsettle = 'soon'\n[[rxe]]\nname = 1\n")
+    spec = config.api_settings(tmp_path)
+    assert spec.socket == "/tmp/x.sock"
+    assert spec.read_group == "rdmad"  # the invalid key alone falls back to its default
+    assert config.api_settings(tmp_path / "missing").socket == "/run/rdmad/rdmad.sock"
+
+
+def test_effective_config_names_each_values_file_and_key(tmp_path: Path) -> None:
+    main = write(
+        tmp_path,
+        "rdmad.toml",
+        '[[sriov]]\npf = { pci = "0000:3b:00.0" }\nnumvfs = 2\n'
+        '[[sriov.vf]]\nindex = 0\nmac = "02:00:00:00:00:01"\n',
+    )
+    dropin = write(
+        tmp_path,
+        "rdmad.d/10-vfs.toml",
+        '[[rxe]]\nname = "rxe0"\nnetdev = { name = "eth0" }\n'
+        '[[sriov]]\npf = { pci = "0000:3b:00.0" }\nnumvfs = 4\n',
+    )
+    eff = config.effective(tmp_path)
+    assert eff.ok and eff.files == (str(main), str(dropin))
+    values = {v.key: v for v in eff.values}
+    assert (values["sriov[0].numvfs"].value, values["sriov[0].numvfs"].file) == (4, str(dropin))
+    assert values["sriov[0].numvfs"].file_key == "sriov[0].numvfs"
+    assert values["sriov[0].vf[0].mac"].file == str(main)
+    assert values["sriov[0].pf.pci"].value == "0000:3b:00.0"
+    assert values["rxe[0].netdev.name"].file_key == "rxe[0].netdev.name"
+    assert eff.merged["sriov"][0]["numvfs"] == 4
+
+
+def test_effective_config_shows_an_invalid_config_with_its_errors(tmp_path: Path) -> None:
+    write(tmp_path, "rdmad.toml", "[daemon]\nsettle = 'soon'\n")
+    write(tmp_path, "rdmad.d/20-broken.toml", "[daemon\n")
+    eff = config.effective(tmp_path)
+    assert not eff.ok
+    text = [str(e) for e in eff.errors]
+    assert any("20-broken.toml: not valid TOML" in e for e in text)
+    assert any("rdmad.toml: daemon.settle" in e for e in text)
+    assert [(v.key, v.value) for v in eff.values] == [("daemon.settle", "soon")]

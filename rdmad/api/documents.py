@@ -1,0 +1,195 @@
+"""The API's JSON documents, built from the store's immutable snapshots (docs/API.md).
+
+Pure functions of what the agent published: no I/O, no clock, so a handler
+builds a document in microseconds and the tests can check them directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rdmad import __version__
+from rdmad.model import ObjectState
+from rdmad.status import HistoryEntry, ObjectReport, PlanReport, StatusSnapshot
+
+API_VERSION = 1
+HISTORY_DEFAULT_LIMIT = 200
+
+# States an object can rest in: nothing more rdmad can do about it by itself.
+RESTING = frozenset({ObjectState.CONVERGED, ObjectState.UNSUPPORTED, ObjectState.DRIFT_IN_USE})
+
+
+class BadQuery(ValueError):
+    """A query parameter that does not parse; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonFacts:
+    """What the status document says of the daemon beyond the snapshot."""
+
+    pid: int
+    started_at: float | None
+    api_notes: tuple[str, ...] = ()  # the API's own problems (e.g. the socket is root-only)
+
+
+def converged(snap: StatusSnapshot) -> bool:
+    """A node an operator need not look at: a pass ran, the config is valid, and every
+    object rests (converged, or an attribute its driver refuses, or drift on a VF in use)."""
+    return (
+        snap.passes > 0 and not snap.config_errors and all(o.state in RESTING for o in snap.objects)
+    )
+
+
+def counts(snap: StatusSnapshot) -> dict[str, int]:
+    return {state.value: snap.count(state) for state in ObjectState}
+
+
+def kind_of(obj: str) -> str:
+    """``sriov``/``rxe`` from an object's name ("sriov pci=...", "rxe rxe0")."""
+    return obj.split(" ", 1)[0]
+
+
+def object_doc(report: ObjectReport) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "obj": report.obj,
+        "kind": kind_of(report.obj),
+        "state": report.state.value,
+        "reason": report.message,
+        "last_error": report.last_error,
+        "errno": report.errno,
+        "failures": report.failures,
+        "retry_at": report.retry_at,
+        "last_change": report.last_change,
+        "desired": {},
+        "observed": {},
+        "attributes": [],
+        "vfs": [],
+    }
+    if report.detail is not None:
+        doc.update(report.detail.to_json())
+    return doc
+
+
+def status_doc(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
+    return {
+        "api": API_VERSION,
+        "version": __version__,
+        "summary": snap.summary(),
+        "converged": converged(snap),
+        "daemon": {
+            "pid": facts.pid,
+            "ready": snap.ready,
+            "dry_run": snap.dry_run,
+            "start_kind": snap.start_kind,
+            "boot_id": snap.boot_id,
+            "started_at": facts.started_at,
+            "passes": snap.passes,
+            "last_pass_at": snap.last_pass_at,
+            "last_pass_seconds": snap.last_pass_seconds,
+            "last_cause": snap.last_cause,
+            "config_ok": snap.config_ok,
+            "config_errors": list(snap.config_errors),
+            "config_files": list(snap.config_files),
+            "notes": [*snap.notes, *facts.api_notes],
+        },
+        "counts": counts(snap),
+        "objects": [object_doc(o) for o in snap.objects],
+    }
+
+
+def status_event(snap: StatusSnapshot) -> dict[str, Any]:
+    """The short form an event stream carries on every status change."""
+    return {
+        "summary": snap.summary(),
+        "converged": converged(snap),
+        "counts": counts(snap),
+        "passes": snap.passes,
+    }
+
+
+def plan_doc(report: PlanReport) -> dict[str, Any]:
+    return {
+        "api": API_VERSION,
+        "at": report.at,
+        "cause": report.cause,
+        "dry_run": report.dry_run,
+        "actions": [
+            {
+                "obj": a.obj,
+                "kind": a.kind,
+                "describe": a.describe(),
+                "reason": a.reason,
+                "changes_kernel": a.changes_kernel,
+            }
+            for a in report.actions
+        ],
+        "objects": [
+            {"obj": s.obj, "state": s.state.value, "reason": s.message} for s in report.objects
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    obj: str | None = None
+    since: float | None = None
+    limit: int = HISTORY_DEFAULT_LIMIT
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> HistoryQuery:
+        """From ``obj``, ``since`` (Unix time), ``limit`` (1..10000); BadQuery otherwise."""
+        unknown = sorted(set(params) - {"obj", "since", "limit"})
+        if unknown:
+            raise BadQuery(f"unknown parameter(s): {', '.join(unknown)} (obj, since, limit)")
+        since = None
+        if "since" in params:
+            since = _number(params["since"], "since")
+        limit = HISTORY_DEFAULT_LIMIT
+        if "limit" in params:
+            try:
+                limit = int(params["limit"])
+            except ValueError:
+                raise BadQuery(f"limit: not an integer: {params['limit']!r}") from None
+            if not 1 <= limit <= 10_000:
+                raise BadQuery(f"limit: must be 1..10000, got {limit}")
+        obj = params.get("obj")
+        return cls(obj or None, since, limit)
+
+    def select(self, entries: Sequence[HistoryEntry]) -> list[HistoryEntry]:
+        kept = [
+            e
+            for e in entries
+            if (self.obj is None or e.obj == self.obj)
+            and (self.since is None or e.at >= self.since)
+        ]
+        return kept[-self.limit :]
+
+
+def history_doc(entries: Sequence[HistoryEntry], query: HistoryQuery) -> dict[str, Any]:
+    return {"api": API_VERSION, "entries": [e.to_json() for e in query.select(entries)]}
+
+
+def wait_seconds(params: Mapping[str, str], default: float, most: float) -> float:
+    """``?wait=SECONDS`` of reload/reconcile: 0 = do not wait, at most ``most``."""
+    unknown = sorted(set(params) - {"wait"})
+    if unknown:
+        raise BadQuery(f"unknown parameter(s): {', '.join(unknown)} (wait)")
+    if "wait" not in params:
+        return default
+    value = _number(params["wait"], "wait")
+    if not 0 <= value <= most:
+        raise BadQuery(f"wait: must be 0..{most:g} seconds, got {params['wait']}")
+    return value
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadQuery(f"{name}: not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise BadQuery(f"{name}: not a finite number: {text!r}")
+    return value
