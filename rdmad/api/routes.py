@@ -22,7 +22,7 @@ from rdmad.api.events import EventStreams
 from rdmad.api.waiting import Closed, Waiters
 from rdmad.model import Observed
 from rdmad.snapshot import header_for, settings_unknown, snapshot
-from rdmad.status import StatusView
+from rdmad.status import StatusSnapshot, StatusView
 from rdmad.triggers import Trigger, TriggerQueue
 
 MAX_BODY = 64 * 1024
@@ -52,6 +52,14 @@ class Routes:
     api_notes: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
     _snapshot_busy: bool = field(default=False, init=False)
+    # The last /v1/status body and what it was made from: snapshots are immutable, so
+    # readers between two passes (a fleet's scrapes, `watch`) share one rendering.
+    _status_body: tuple[StatusSnapshot, docs.DaemonFacts, bytes] | None = field(
+        default=None, init=False
+    )
+    _status_renderer: docs.StatusRenderer = field(
+        default_factory=lambda: docs.StatusRenderer(docs.dumps), init=False
+    )
 
     def register(self, app: web.Application) -> None:
         app.router.add_get("/v1/status", self.status)
@@ -70,7 +78,12 @@ class Routes:
     async def status(self, request: web.Request) -> web.Response:
         _no_params(request)
         facts = docs.DaemonFacts(os.getpid(), self._daemon_started_at(), self.api_notes)
-        return _json(docs.status_doc(self.store.current, facts))
+        snap = self.store.current
+        cached = self._status_body
+        if cached is None or cached[0] is not snap or cached[1] != facts:
+            cached = (snap, facts, self._status_renderer.render(snap, facts))
+            self._status_body = cached
+        return web.Response(body=cached[2], content_type="application/json")
 
     def _daemon_started_at(self) -> float | None:
         starts = [e.at for e in self.store.history() if e.event == "start"]
@@ -229,9 +242,5 @@ def _no_params(request: web.Request) -> None:
 
 
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
-    return web.json_response(doc, status=status, dumps=_dumps)
+    return web.json_response(doc, status=status, dumps=docs.dumps)
 
-
-def _dumps(doc: Any) -> str:
-    # TOML dates and times are not JSON types: shown as their ISO text.
-    return json.dumps(doc, default=str)

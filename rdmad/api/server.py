@@ -63,6 +63,7 @@ class ApiServer:
         self.waiters: Waiters | None = None
         self.notes: tuple[str, ...] = ()
         self.listening: unixsock.Listening | None = None
+        self.routes: Routes | None = None  # the endpoints, once started (benchmarks call them)
         self._runner: web.AppRunner | None = None
         self.metrics = metrics
         self._own_metrics = metrics is None
@@ -99,6 +100,7 @@ class ApiServer:
                 api_notes=self.notes,
             )
             self._attach_metrics(routes)
+            self.routes = routes
             app = web.Application(
                 client_max_size=MAX_BODY,
                 middlewares=[

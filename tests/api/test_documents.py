@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rdmad.api import documents as docs
@@ -62,3 +64,39 @@ def test_object_with_detail_per_vf_and_attribute() -> None:
     assert o["vfs"][0]["attributes"][0]["state"] == "converged"
     assert doc["counts"]["blocked"] == 1 and doc["converged"] is False
     assert doc["daemon"]["pid"] == 7
+
+
+def test_renderer_bytes_are_the_status_document_and_reuse_unchanged_objects() -> None:
+    detail = ObjectDetail("rxe", {"name": "r0"}, {"name": "r0"})
+    calls: list[object] = []
+
+    def dumps(doc: object) -> str:
+        calls.append(doc)
+        return json.dumps(doc)
+
+    renderer = docs.StatusRenderer(dumps)
+    facts = docs.DaemonFacts(7, 1.0)
+    first = StatusSnapshot(
+        objects=(
+            ObjectReport("rxe r0", S.CONVERGED, detail=detail),
+            ObjectReport("rxe r1", S.PENDING),
+        ),
+        passes=1,
+    )
+    assert json.loads(renderer.render(first, facts)) == docs.status_doc(first, facts)
+    assert len(calls) == 3  # two objects and the head
+
+    # The next pass: r0 unchanged (same detail), r1 now converged.
+    second = StatusSnapshot(
+        objects=(
+            ObjectReport("rxe r0", S.CONVERGED, detail=detail),
+            ObjectReport("rxe r1", S.CONVERGED),
+        ),
+        passes=2,
+    )
+    calls.clear()
+    assert json.loads(renderer.render(second, facts)) == docs.status_doc(second, facts)
+    assert [c.get("obj") for c in calls if isinstance(c, dict)] == ["rxe r1", None]
+    # Nothing declared any more: an empty list, still valid JSON.
+    empty = StatusSnapshot(passes=3)
+    assert json.loads(renderer.render(empty, facts)) == docs.status_doc(empty, facts)
