@@ -43,7 +43,9 @@ def run(argv: list[str] | None, ctx: Ctx) -> int:
         p.print_help(sys.stderr)
         return exits.USAGE
     try:
-        return COMMANDS[args.command](args, ctx, Client(args.socket, args.timeout))
+        code = COMMANDS[args.command](args, ctx, Client(args.socket, args.timeout))
+        ctx.out.flush()  # here, where a reader that went away is handled, not at exit
+        return code
     except CtlError as exc:
         ctx.warn(str(exc))
         if exc.exit_code == exits.NOT_RUNNING:

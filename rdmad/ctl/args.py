@@ -39,7 +39,7 @@ examples:
   rdmad-ctl status                  # exit 0 when converged
   rdmad-ctl status -v               # every VF and attribute
   rdmad-ctl status --json | jq '.objects[] | select(.state != "converged")'
-  rdmad-ctl history 'sriov pci=0000:3b:00.0' --since 1h
+  rdmad-ctl history sriov pci=0000:3b:00.0 --since 1h
   rdmad-ctl reconcile --wait 30 && echo converged
   rdmad-ctl snapshot -o /etc/rdmad/rdmad.d/50-snapshot.toml
   rdmad-ctl --socket /tmp/rdmad.sock watch
@@ -90,7 +90,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "history": (
         "changes and events, oldest first",
-        "examples:\n  rdmad-ctl history\n  rdmad-ctl history 'rxe rxe0' --since 2h\n"
+        "examples:\n  rdmad-ctl history\n  rdmad-ctl history rxe rxe0 --since 2h\n"
+        "  rdmad-ctl history sriov pci=0000:3b:00.0 --json\n"
         "  rdmad-ctl history --since '2026-01-31 08:00' --limit 20\n\n"
         "--since takes a duration back from now (30s, 10m, 2h, 1d, 1h30m), a local\n"
         "date/time in ISO form (2026-01-31, 2026-01-31T08:00) or @UNIXTIME.",
@@ -194,7 +195,9 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         )
     elif name == "history":
         cmd.add_argument(
-            "object", nargs="?", help="only this object, e.g. 'sriov pci=0000:3b:00.0'"
+            "object",
+            nargs="*",
+            help="only this object, e.g. sriov pci=0000:3b:00.0 or rxe rxe0 (quotes optional)",
         )
         cmd.add_argument("--since", type=since, metavar="DURATION|TIME", help="only entries after")
         cmd.add_argument(

@@ -52,10 +52,11 @@ class Ctx:
         width = None
         if tty:
             try:
-                width = os.get_terminal_size(sys.stdout.fileno()).columns
-            except OSError:
+                width = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size().columns
+            except (ValueError, OSError):
                 width = None
-        return cls(sys.stdout, sys.stderr, colour=colour, width=width)
+        # A terminal that reports no size (some ptys say 0) gets lines as they are.
+        return cls(sys.stdout, sys.stderr, colour=colour, width=width if width else None)
 
     def print(self, lines: Iterable[str]) -> None:
         render.write_lines(lines, self.out.write)
@@ -102,7 +103,7 @@ def plan(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
 
 def history(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     since = None if args.since is None else args.since.at(ctx.now())
-    query: dict[str, object] = {"obj": args.object, "since": since, "limit": args.limit}
+    query: dict[str, object] = {"obj": _object(args), "since": since, "limit": args.limit}
     try:
         doc = _doc(client.get("/v1/history", query), "/v1/history", "entries")
     except NotRunning as exc:
@@ -118,11 +119,11 @@ def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int
     """The state file keeps the newest 200 entries: filter them as the API would."""
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     since = None if args.since is None else args.since.at(ctx.now())
+    obj = _object(args)
     entries = [
         e
         for e in state["history"]
-        if (args.object is None or e.get("obj") == args.object)
-        and (since is None or _at(e) >= since)
+        if (obj is None or e.get("obj") == obj) and (since is None or _at(e) >= since)
     ][-(args.limit or 200) :]
     ctx.warn(f"{exc}\n  {START_HINT}")
     if args.json:
@@ -140,6 +141,11 @@ def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int
         ctx.print([f"From the saved state {state['file']}:"])
         _print_history(ctx, entries)
     return exits.NOT_RUNNING
+
+
+def _object(args: argparse.Namespace) -> str | None:
+    """The object named by one argument or by its words ("sriov", "pci=...")."""
+    return " ".join(args.object) if args.object else None
 
 
 def _at(entry: dict[str, Any]) -> float:

@@ -133,8 +133,9 @@ def table(
             if i < len(row) - 1:
                 text = cell.ljust(widths[i])
                 used += len(text) + 2
-            elif width is not None and used + len(cell) > width:
-                text = cell[: max(width - used - 1, 10)] + "…"
+            elif width is not None and used + len(cell) > width and width - used >= 20:
+                # Cut to the line; when not even 20 characters are left, wrapping reads better.
+                text = cell[: width - used - 1] + "…"
             if state_col == i:
                 text = style.paint(text, cell)
             cells.append(text)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rdmad.ctl import exits
-from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, fixture
+from rdmad.ctl.render import table
+from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
 
 # --- what status means for scripts ----------------------------------------------------------
 
@@ -241,3 +242,29 @@ def test_plan_json_is_the_api_document(api: ApiStub) -> None:
     doc = api.fixture("GET /v1/plan", "plan.json")
     result = ctl("plan", "--json", socket=api.socket)
     assert (result.code, json.loads(result.out)) == (0, doc)
+
+
+def test_long_reasons_are_cut_to_a_terminal_but_never_in_a_pipe() -> None:
+    rows = [
+        ["STATE", "OBJECT", "REASON"],
+        ["blocked", "sriov x", "r" * 200],
+        ["converged", "y", ""],
+    ]
+    cut = table(rows, width=60)
+    assert [len(line) for line in cut] == [26, 60, 12]
+    assert cut[1].endswith("r…")
+    assert table(rows, width=30)[1].endswith("r" * 200)  # 10 columns left: wrapping reads better
+    assert table(rows)[1].endswith("r" * 200)
+
+
+def test_a_reader_that_goes_away_is_no_error_to_report(api: ApiStub) -> None:
+    """`rdmad-ctl history | head -1`: the rest of the output has nowhere to go."""
+    entry = fixture("history.json")["entries"][1]
+    api.json("GET /v1/history", {"api": 1, "entries": [entry] * 3000})  # > a pipe's buffer
+    proc = ctl_process("--socket", api.socket, "history")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("TIME")
+    proc.stdout.close()
+    assert proc.wait(30) == exits.FAIL
+    with proc.stderr:
+        assert proc.stderr.read() == ""
