@@ -24,17 +24,6 @@ reconcile. It changes nothing by itself.
 
 EPILOG = (
     """\
-commands:
-  status     the node at a glance: one line per object, then every VF and
-             attribute that is not converged, with the reason and who holds it
-  plan       the daemon's exact next pass (what it would change, and why)
-  history    what changed (old -> new), when, why; failures with their errno
-  watch      follow changes live, one line each (Ctrl-C to stop)
-  reload     re-read the config, as `systemctl reload rdmad` does
-  reconcile  run a reconcile pass now
-  snapshot   the node's live SR-IOV and rxe state as config (TOML)
-  config     the effective config, each value with the file and key it came from
-
 examples:
   rdmad-ctl status                  # exit 0 when converged
   rdmad-ctl status -v               # every VF and attribute
@@ -197,6 +186,7 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument(
             "object",
             nargs="*",
+            metavar="OBJECT",
             help="only this object, e.g. sriov pci=0000:3b:00.0 or rxe rxe0 (quotes optional)",
         )
         cmd.add_argument("--since", type=since, metavar="DURATION|TIME", help="only entries after")

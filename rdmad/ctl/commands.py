@@ -196,7 +196,22 @@ def _trigger(what: str, args: argparse.Namespace, ctx: Ctx, client: Client) -> i
         ctx.print(render.trigger_lines(what, doc, args.wait))
     if doc.get("pass") is None:
         return exits.OK if args.wait <= 0 else exits.FAIL
+    if what == "reload" and _config_rejected(ctx, client, args.json):
+        return exits.FAIL
     return exits.OK if doc.get("converged") is True else exits.FAIL
+
+
+def _config_rejected(ctx: Ctx, client: Client, quiet: bool) -> bool:
+    """After a reload: did the daemon refuse the files? The answer's summary only hints
+    at it; the status lists the errors (a script's `reload || ...` must see them)."""
+    daemon = _doc(_doc(client.get("/v1/status"), "/v1/status", "daemon")["daemon"], "/v1/status")
+    errors = daemon.get("config_errors") or []
+    if errors and not quiet:
+        kept = "the last good config is kept" if daemon.get("config_ok") else "nothing managed"
+        ctx.warn(f"the config is invalid ({len(errors)} error(s)); {kept}:")
+        for error in errors:
+            ctx.err.write(f"  {error}\n")
+    return bool(errors)
 
 
 def snapshot(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:

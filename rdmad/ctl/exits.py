@@ -14,8 +14,9 @@ exit codes:
   0  converged (status), or the request succeeded
   1  not converged (status, reload, reconcile: the daemon says `converged`
      is false: an object pending, blocked, degraded, a VF in use that
-     drifted); or the request failed (a timeout, an error answer, an answer
-     that is not what the API promises). Attributes a driver refuses
+     drifted); the config is invalid (config, reload: the daemon keeps the
+     last good one); or the request failed (a timeout, an error answer, an
+     answer that is not what the API promises). Attributes a driver refuses
      (unsupported-by-driver) are listed but do not make this 1.
   2  usage error (bad arguments)
   3  rdmad is not running (no socket, or nothing listens on it)

@@ -195,16 +195,34 @@ def test_usage_errors_exit_2_and_ask_nothing(
 
 @pytest.mark.parametrize("what", ["reload", "reconcile"])
 def test_mutations_wait_for_their_pass(api: ApiStub, what: str) -> None:
+    api.fixture("GET /v1/status", "status-blocked.json")  # the config is valid
     answer = {"api": 1, "queued": True, "pass": 15, "seconds": 0.004,
               "summary": "1 object(s), 1 blocked; ...", "converged": False}  # fmt: skip
     api.json(f"POST /v1/{what}", answer)
     result = ctl(what, "--wait", "12", socket=api.socket)
-    assert api.requests == [("POST", f"/v1/{what}?wait=12")]
+    assert api.requests[0] == ("POST", f"/v1/{what}?wait=12")
+    # A reload then checks the daemon took the config: the status lists its errors.
+    assert api.requests[1:] == ([("GET", "/v1/status")] if what == "reload" else [])
     assert result.code == exits.FAIL  # answered, and the node is not converged
     assert result.out.startswith(f"{what}: pass 15 (4 ms): NOT converged")
     api.json(f"POST /v1/{what}", {**answer, "converged": True})
     assert ctl(what, socket=api.socket).code == exits.OK
-    assert api.requests[-1] == ("POST", f"/v1/{what}?wait=30")
+    assert ("POST", f"/v1/{what}?wait=30") in api.requests
+
+
+def test_reload_of_an_invalid_config_exits_1_with_its_errors(api: ApiStub) -> None:
+    status = fixture("status-converged.json")
+    status["daemon"]["config_errors"] = ["/etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int"]
+    api.json("GET /v1/status", status)
+    api.json("POST /v1/reload", {"api": 1, "queued": True, "pass": 15, "seconds": 0.004,
+                                 "summary": "2 object(s), 2 converged; config invalid",
+                                 "converged": True})  # fmt: skip
+    result = ctl("reload", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert result.err == (
+        "rdmad-ctl: the config is invalid (1 error(s)); the last good config is kept:\n"
+        "  /etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int\n"
+    )
 
 
 def test_reconcile_without_waiting(api: ApiStub) -> None:

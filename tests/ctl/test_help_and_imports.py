@@ -18,7 +18,7 @@ def test_top_level_help_is_a_man_page() -> None:
         capture_output=True, text=True, env=ctl_env(), timeout=60, check=True,
     ).stdout  # fmt: skip
     for command in COMMANDS:
-        assert f"\n  {command} " in out, command
+        assert f"\n    {command} " in out, command
     for words in ("exit codes:", "  3  rdmad is not running", "  4  permission denied",
                   "examples:", "files:", "environment:", "RDMAD_SOCKET", "NO_COLOR",
                   "/var/lib/rdmad/state.json", "/run/rdmad/rdmad.sock"):  # fmt: skip
