@@ -2,6 +2,10 @@
 
 Exit codes: 0 fine, 1 a runtime failure (kernel unreadable), 2 bad input
 (invalid config, bad arguments).
+
+`rdmad plan` prints the running daemon's own plan (docs/API.md `/v1/plan`) when
+it answers on its socket and nothing asks for another view (--root, --config,
+--state, --local); otherwise it observes and plans here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from rdmad import __version__, config, state
 from rdmad.kernel.oneshot import observe_host
-from rdmad.model import Action, ObjectState, Observed, PlanState, summarize
+from rdmad.model import Action, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
@@ -43,12 +47,16 @@ def _parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("check-config", help="validate the config; print every error")
     _config_arg(cc)
     cc.add_argument("--json", action="store_true", help="machine-readable output")
-    pl = sub.add_parser("plan", help="observe the node and print what rdmad would do")
+    pl = sub.add_parser(
+        "plan",
+        help="print what rdmad would do: the running daemon's next pass, or computed here",
+    )
     _config_arg(pl)
     pl.add_argument(
         "--root",
-        default="/",
-        help="observe the sysfs/procfs tree under this directory instead of the host",
+        default=None,
+        help="observe the sysfs/procfs tree under this directory instead of the host "
+        "(computed here, not asked of the daemon)",
     )
     pl.add_argument(
         "--state",
@@ -56,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the daemon's state file, for which rxe links it created "
         "(default: state.json in [daemon] state_dir)",
+    )
+    pl.add_argument(
+        "--local",
+        action="store_true",
+        help="compute the plan here even when the daemon runs (its socket: $RDMAD_SOCKET "
+        "or [api] socket)",
     )
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     sn = sub.add_parser(
@@ -87,15 +101,19 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         type=Path,
-        default=config.DEFAULT_DIR,
+        default=None,
         help="config directory (rdmad.toml + rdmad.d/*.toml) or one file "
         f"(default {config.DEFAULT_DIR})",
     )
 
 
+def _config_path(args: argparse.Namespace) -> Path:
+    return config.DEFAULT_DIR if args.config is None else Path(args.config)
+
+
 def _load(args: argparse.Namespace) -> config.LoadedConfig | None:
     try:
-        return config.load(args.config)
+        return config.load(_config_path(args))
     except config.ConfigInvalid as exc:
         if getattr(args, "json", False):
             _print_json({"valid": False, "errors": [e.__dict__ for e in exc.errors]})
@@ -121,6 +139,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    ask_daemon = not args.local and all(a is None for a in (args.root, args.config, args.state))
+    if ask_daemon and _print_daemon_plan(args.json):
+        return EXIT_OK
+    args.root = args.root or "/"
     loaded = _load(args)
     if loaded is None:
         return EXIT_INPUT
@@ -140,6 +162,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
+                "source": "local",
                 "root": args.root,
                 "state": {
                     "file": str(state_file),
@@ -157,6 +180,66 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         _print_plan(args.root, observed, state_line, actions, statuses)
     return EXIT_OK
+
+
+def _print_daemon_plan(as_json: bool) -> bool:
+    """Print the running daemon's plan; False when there is none to print (the daemon
+    is not running, or did not answer: then say why and plan here)."""
+    from rdmad.ctl.client import DEFAULT_SOCKET, Client, CtlError, NotRunning
+    from rdmad.ctl.render import clock, plan_body
+
+    sock = os.environ.get("RDMAD_SOCKET")
+    if not sock:
+        try:
+            sock = config.load(config.DEFAULT_DIR).desired.api.socket
+        except config.ConfigInvalid:
+            sock = DEFAULT_SOCKET  # the daemon keeps its last good config, and its socket
+    try:
+        # The daemon takes up to 10 s to answer with a plan (docs/API.md).
+        doc = Client(sock, timeout=15.0).get("/v1/plan")
+        actions = doc["actions"]
+        rows = [(o["obj"], o["state"], o["reason"]) for o in doc["objects"]]
+        actions_json = [
+            {
+                "object": a["obj"],
+                "kind": a["kind"],
+                "changes_kernel": a["changes_kernel"],
+                "what": a["describe"],
+                "reason": a["reason"],
+            }
+            for a in actions
+        ]
+    except NotRunning:
+        return False
+    except CtlError as exc:
+        print(f"rdmad: no plan from the daemon ({exc}); computing it here", file=sys.stderr)
+        return False
+    except (KeyError, TypeError) as exc:
+        print(
+            f"rdmad: the daemon's plan is malformed ({exc!r}); computing it here", file=sys.stderr
+        )
+        return False
+    if as_json:
+        _print_json(
+            {
+                "source": "daemon",
+                "socket": sock,
+                "at": doc.get("at"),
+                "dry_run": doc.get("dry_run", False),
+                "objects": [{"object": o, "state": st, "message": m} for o, st, m in rows],
+                "actions": actions_json,
+                "notes": [],
+            }
+        )
+        return True
+    print(f"The running rdmad's plan (from {sock}, made {clock(doc.get('at'))})")
+    print("  rdmad plan --local computes it here instead")
+    if doc.get("dry_run"):
+        print("  the daemon runs --dry-run: it records these changes, it does not make them")
+    print()
+    for line in plan_body(rows, actions):
+        print(line)
+    return True
 
 
 def _boot_id(root: Path) -> str:
@@ -203,7 +286,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from rdmad import daemon
 
-    opts = daemon.RunOptions(args.config, args.dry_run, args.log_level, args.log_format)
+    opts = daemon.RunOptions(_config_path(args), args.dry_run, args.log_level, args.log_format)
     return daemon.run(opts)
 
 
@@ -229,25 +312,21 @@ def _print_plan(
     for note in observed.notes:
         print(f"  note: {note}")
     print()
-    width = max([len(s.obj) for s in statuses] + [6])
-    print(f"{'OBJECT':<{width}}  STATE")
-    for s in statuses:
-        msg = "" if s.state is ObjectState.CONVERGED else f"  ({s.message})"
-        print(f"{s.obj:<{width}}  {s.state.value}{msg}")
-    print()
-    todo = [a for a in actions if a.changes_kernel]
-    if not actions:
-        print("Nothing to do: the node matches its declaration.")
-        return
-    print(f"Plan: {len(todo)} change(s), in order")
-    n = 0
-    for a in actions:
-        if a.changes_kernel:
-            n += 1
-            print(f"{n:>2}. [{a.obj}] {a.describe()}")
-            print(f"      because: {a.reason}")
-        else:
-            print(f"  - [{a.obj}] {a.describe()}")
+    # The same layout as the daemon's plan (rdmad-ctl plan), from one place.
+    from rdmad.ctl.render import plan_body
+
+    rows = [(s.obj, s.state.value, s.message) for s in statuses]
+    described = [
+        {
+            "obj": a.obj,
+            "describe": a.describe(),
+            "reason": a.reason,
+            "changes_kernel": a.changes_kernel,
+        }
+        for a in actions
+    ]
+    for line in plan_body(rows, described):
+        print(line)
 
 
 def _print_json(data: Any) -> None:

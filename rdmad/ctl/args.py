@@ -1,0 +1,315 @@
+"""rdmad-ctl's command line: the parser, its help (meant to replace a man page), and
+the ``--since`` time parser.
+
+Options common to every command (``--json``, ``--socket``, ``--timeout``,
+``--state-dir``) are accepted before or after the command name: operators type
+``rdmad-ctl status --json`` as often as ``rdmad-ctl --json status``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rdmad import __version__
+from rdmad.ctl import exits
+from rdmad.ctl.client import DEFAULT_SOCKET
+from rdmad.ctl.offline import DEFAULT_STATE_DIR
+
+DESCRIPTION = """\
+rdmad-ctl asks the running rdmad daemon, over its local API socket, what the
+node's RDMA / SR-IOV setup looks like and why, and tells it to reload or
+reconcile. It changes nothing by itself.
+"""
+
+EPILOG = (
+    """\
+examples:
+  rdmad-ctl status                  # exit 0 when converged
+  rdmad-ctl status -v               # every VF and attribute
+  rdmad-ctl status --json | jq '.objects[] | select(.state != "converged")'
+  rdmad-ctl history sriov pci=0000:3b:00.0 --since 1h
+  rdmad-ctl reconcile --wait 30 && echo converged
+  rdmad-ctl snapshot -o /etc/rdmad/rdmad.d/50-snapshot.toml
+  rdmad-ctl --socket /tmp/rdmad.sock watch
+
+"""
+    + exits.HELP
+    + f"""
+  When rdmad is not running, `status` (and `history`) say how to start it and
+  show what the daemon saved: the state file, its age, the last changes and
+  errors it holds.
+
+files:
+  {DEFAULT_SOCKET}
+      the API socket (root:rdmad 0660; [api] socket in the config)
+  {DEFAULT_STATE_DIR}/state.json
+      the daemon's saved state, read when the daemon is down (--state-dir)
+  /etc/rdmad/rdmad.toml, /etc/rdmad/rdmad.d/*.toml
+      the config the daemon reads (`rdmad-ctl config` shows the effective one)
+
+environment:
+  RDMAD_SOCKET   the API socket, instead of {DEFAULT_SOCKET} (--socket wins)
+  NO_COLOR       no colour even on a terminal (colour is only ever on a terminal)
+
+The API itself is documented in docs/API.md; anything that speaks HTTP over a
+UNIX socket can use it: curl --unix-socket {DEFAULT_SOCKET} http://rdmad/v1/status
+"""
+)
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (one-line help, examples)
+    "status": (
+        "the node at a glance (exit 0 converged, 1 not)",
+        "examples:\n  rdmad-ctl status\n  rdmad-ctl status -v\n  rdmad-ctl status --json\n\n"
+        "One line per object: state, object, what the kernel shows (e.g. '4/4 VFs',\n"
+        "'netdev eth0') and the reason. Then the attributes and VFs that are not\n"
+        "converged with their reasons, and for a VF in use who holds it (pid, comm,\n"
+        "VM or namespace). States: converged, pending, blocked, degraded (applying\n"
+        "failed, retried with backoff), unsupported-by-driver, drift-on-in-use-vf.\n"
+        "Exit 0 when converged, 1 when not, 3 when rdmad is not running (then the\n"
+        "last saved state is shown).",
+    ),
+    "plan": (
+        "the daemon's exact next pass, without applying it",
+        "examples:\n  rdmad-ctl plan\n  rdmad-ctl plan --json\n\n"
+        "The daemon observes the kernel now and plans with its own state (the config\n"
+        "in force, the rxe links it created, attributes drivers refused). `rdmad\n"
+        "plan` prints the same when the daemon runs.",
+    ),
+    "history": (
+        "changes and events, oldest first",
+        "examples:\n  rdmad-ctl history\n  rdmad-ctl history rxe rxe0 --since 2h\n"
+        "  rdmad-ctl history sriov pci=0000:3b:00.0 --json\n"
+        "  rdmad-ctl history --since '2026-01-31 08:00' --limit 20\n\n"
+        "--since takes a duration back from now (30s, 10m, 2h, 1d, 1h30m), a local\n"
+        "date/time in ISO form (2026-01-31, 2026-01-31T08:00) or @UNIXTIME.",
+    ),
+    "watch": (
+        "follow changes live, one line per event (Ctrl-C stops, exit 0)",
+        "examples:\n  rdmad-ctl watch\n  rdmad-ctl watch --json   # one JSON object per line\n\n"
+        "Exits 1 when the daemon closes the stream (it stopped, or this reader fell\n"
+        "too far behind).",
+    ),
+    "reload": (
+        "re-read the config (as SIGHUP / systemctl reload rdmad)",
+        "examples:\n  rdmad-ctl reload\n  rdmad-ctl reload --wait 0\n\n"
+        "Waits (--wait, default 30 s) for the pass that answers it and prints its\n"
+        "summary; exit 0 when the node is then converged. An invalid config is\n"
+        "reported and the last good one kept. Needs root or [api] write_group.",
+    ),
+    "reconcile": (
+        "run a reconcile pass now",
+        "examples:\n  rdmad-ctl reconcile\n  rdmad-ctl reconcile --wait 60 && echo converged\n\n"
+        "Waits (--wait, default 30 s) for the pass and prints its summary; exit 0\n"
+        "when the node is then converged. Needs root or [api] write_group.",
+    ),
+    "snapshot": (
+        "the live SR-IOV and rxe state in config format",
+        "examples:\n  rdmad-ctl snapshot\n"
+        "  rdmad-ctl snapshot -o /etc/rdmad/rdmad.d/50-snapshot.toml\n\n"
+        "Makes what was set by hand persistent: review the file, then reload.",
+    ),
+    "config": (
+        "the effective config, each value with the file and key it came from",
+        "examples:\n  rdmad-ctl config\n  rdmad-ctl config --json",
+    ),
+}
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """argparse's layout at the terminal's width, measured as shutil would (COLUMNS,
+    then the terminal) without importing shutil: argparse makes a formatter for every
+    option it registers, and shutil's imports cost 3 ms of start-up."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size().columns
+        except (ValueError, OSError):
+            columns = 80
+        super().__init__(prog, width=max(columns - 2, 40))
+
+
+VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir")
+
+
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``argv``, only the sub-command it names is built in
+    full (each costs a millisecond or so of start-up), all of them when it names none."""
+    env_socket = os.environ.get("RDMAD_SOCKET") or DEFAULT_SOCKET
+    p = argparse.ArgumentParser(
+        prog="rdmad-ctl", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help
+    )
+    p.add_argument("--version", action="version", version=f"rdmad-ctl {__version__}")
+    _common(p, env_socket, suppress=False)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False, formatter_class=_Help)
+    _common(common, env_socket, suppress=True)
+    wanted = _command_in(argv)
+    for name, (summary, details) in COMMANDS.items():
+        if wanted is None or name == wanted:
+            cmd = sub.add_parser(
+                name,
+                help=summary,
+                description=summary[0].upper() + summary[1:] + ".",
+                epilog=details,
+                parents=[common],
+                formatter_class=_Help,
+            )
+            _arguments(name, cmd)
+    return p
+
+
+def _command_in(argv: list[str] | None) -> str | None:
+    """The command ``argv`` names, read as argparse will (an option's value is not a
+    command); None when there is none or it is not one of ours."""
+    if argv is None:
+        return None
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in VALUE_OPTIONS:
+            skip = True
+        elif not token.startswith("-"):
+            return token if token in COMMANDS else None
+    return None
+
+
+def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
+    """What a command takes beyond the common options."""
+    if name == "status":
+        cmd.add_argument(
+            "-v", "--verbose", action="store_true", help="every VF and attribute, converged or not"
+        )
+    elif name == "history":
+        cmd.add_argument(
+            "object",
+            nargs="*",
+            metavar="OBJECT",
+            help="only this object, e.g. sriov pci=0000:3b:00.0 or rxe rxe0 (quotes optional)",
+        )
+        cmd.add_argument("--since", type=since, metavar="DURATION|TIME", help="only entries after")
+        cmd.add_argument(
+            "--limit", type=positive_int, metavar="N", help="the newest N (default 200)"
+        )
+    elif name in ("reload", "reconcile"):
+        cmd.add_argument(
+            "--wait",
+            type=seconds,
+            default=30.0,
+            metavar="S",
+            help="wait up to S seconds for the pass that answers it (0: do not wait; default 30)",
+        )
+    elif name == "snapshot":
+        cmd.add_argument(
+            "-o", "--output", metavar="FILE", help="write the TOML to FILE (atomically)"
+        )
+
+
+def _common(p: argparse.ArgumentParser, env_socket: str, suppress: bool) -> None:
+    """The options every command takes; on the sub-parsers without defaults, so one
+    given before the command is not overwritten by the sub-parser's default."""
+
+    def d(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument("--json", action="store_true", default=d(False), help="the API's JSON")
+    p.add_argument(
+        "--socket",
+        default=d(env_socket),
+        metavar="PATH",
+        help=f"the API socket (default $RDMAD_SOCKET or {DEFAULT_SOCKET})",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=d(5.0),
+        metavar="S",
+        help="seconds to wait for an answer (default 5)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=d(DEFAULT_STATE_DIR),
+        metavar="DIR",
+        help=f"where the daemon saves its state, read when it is down (default "
+        f"{DEFAULT_STATE_DIR})",
+    )
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Since:
+    """A ``--since`` value: a time, or a duration back from when the command runs."""
+
+    def __init__(self, at: float | None = None, back: float | None = None) -> None:
+        self._at, self._back = at, back
+
+    def at(self, now: float) -> float:
+        return self._at if self._at is not None else now - (self._back or 0.0)
+
+
+def since(text: str) -> Since:
+    """A duration back from now (``1h30m``), a local ISO date/time, or ``@UNIXTIME``.
+    A bare number is refused: seconds or a time, it cannot say which."""
+    text = text.strip()
+    if text.startswith("@"):
+        try:
+            return Since(at=float(text[1:]))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a Unix time: {text!r}") from None
+    back = _duration(text)
+    if back is not None:
+        return Since(back=back)
+    if text.replace(".", "", 1).isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a unit (e.g. {text}s, {text}m) or a Unix time as @{text}"
+        )
+    from datetime import datetime  # only for this form; it costs start-up time
+
+    try:
+        return Since(at=datetime.fromisoformat(text).timestamp())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration (30s, 10m, 2h, 1d, 1h30m), an ISO time (2026-01-31T08:00) "
+            f"or @UNIXTIME: {text!r}"
+        ) from None
+
+
+def _duration(text: str) -> float | None:
+    total, number = 0.0, ""
+    if not text or text[-1] not in _UNITS:
+        return None
+    for ch in text:
+        if ch.isdigit() or ch == ".":
+            number += ch
+        elif ch in _UNITS and number:
+            try:
+                total += float(number) * _UNITS[ch]
+            except ValueError:
+                return None
+            number = ""
+        else:
+            return None
+    return total

@@ -1,0 +1,283 @@
+"""One function per rdmad-ctl command: ask the API, print text or JSON, return the
+exit code (rdmad/ctl/exits.py).
+
+Everything a command needs from outside (streams, the clock, colour, the boot id)
+comes in a ``Ctx``, so tests run commands in-process against a fixture server
+and compare their output exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from rdmad.ctl import exits, offline, render
+from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed
+
+TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterable
+    from typing import Any, TextIO
+
+WATCH_IDLE = 60.0  # the server sends a keepalive every 15 s: four missed means stuck
+PLAN_WAIT = 10.0  # the server waits up to 10 s for the daemon's plan (docs/API.md)
+
+
+class Ctx:
+    """The outside world of one run."""
+
+    def __init__(
+        self,
+        out: TextIO,
+        err: TextIO,
+        now: Callable[[], float] = time.time,
+        colour: bool = False,
+        width: int | None = None,
+        boot_id: Callable[[], str] = offline.read_boot_id,
+    ) -> None:
+        self.out = out
+        self.err = err
+        self.now = now
+        self.style = render.Style(colour)
+        self.width = width
+        self.boot_id = boot_id
+
+    @classmethod
+    def real(cls) -> Ctx:
+        tty = sys.stdout.isatty()
+        colour = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+        width = None
+        if tty:
+            try:
+                width = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size().columns
+            except (ValueError, OSError):
+                width = None
+        # A terminal that reports no size (some ptys say 0) gets lines as they are.
+        return cls(sys.stdout, sys.stderr, colour=colour, width=width if width else None)
+
+    def print(self, lines: Iterable[str]) -> None:
+        render.write_lines(lines, self.out.write)
+
+    def json(self, doc: Any) -> None:
+        json.dump(doc, self.out, indent=2)
+        self.out.write("\n")
+
+    def warn(self, text: str) -> None:
+        self.err.write(f"rdmad-ctl: {text}\n")
+
+
+def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    try:
+        doc = _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
+    except NotRunning as exc:
+        return _status_offline(args, ctx, exc)
+    if args.json:
+        ctx.json(doc)
+    else:
+        ctx.print(render.status_lines(doc, ctx.now(), args.verbose, ctx.style, ctx.width))
+    return exits.OK if doc["converged"] is True else exits.FAIL
+
+
+def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
+    ctx.warn(f"{exc}\n  {START_HINT}")
+    state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
+    if args.json:
+        ctx.json({"running": False, "socket": args.socket, "error": str(exc), "state": state})
+    else:
+        ctx.print(render.offline_lines(state, ctx.now()))
+    return exits.NOT_RUNNING
+
+
+def plan(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    client.timeout = max(client.timeout, PLAN_WAIT + 5)
+    doc = _doc(client.get("/v1/plan"), "/v1/plan", "actions", "objects")
+    if args.json:
+        ctx.json(doc)
+    else:
+        ctx.print(render.plan_lines(doc, ctx.now(), f"asked on {args.socket}"))
+    return exits.OK
+
+
+def history(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    since = None if args.since is None else args.since.at(ctx.now())
+    query: dict[str, object] = {"obj": _object(args), "since": since, "limit": args.limit}
+    try:
+        doc = _doc(client.get("/v1/history", query), "/v1/history", "entries")
+    except NotRunning as exc:
+        return _history_offline(args, ctx, exc)
+    if args.json:
+        ctx.json(doc)
+    else:
+        _print_history(ctx, doc["entries"])
+    return exits.OK
+
+
+def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
+    """The state file keeps the newest 200 entries: filter them as the API would."""
+    state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
+    since = None if args.since is None else args.since.at(ctx.now())
+    obj = _object(args)
+    entries = [
+        e
+        for e in state["history"]
+        if (obj is None or e.get("obj") == obj) and (since is None or _at(e) >= since)
+    ][-(args.limit or 200) :]
+    ctx.warn(f"{exc}\n  {START_HINT}")
+    if args.json:
+        ctx.json(
+            {
+                "running": False,
+                "file": state["file"],
+                "problem": state["problem"],
+                "entries": entries,
+            }
+        )
+    elif not state["readable"]:
+        ctx.print([f"No saved history to show: {state['problem']}"])
+    else:
+        ctx.print([f"From the saved state {state['file']}:"])
+        _print_history(ctx, entries)
+    return exits.NOT_RUNNING
+
+
+def _object(args: argparse.Namespace) -> str | None:
+    """The object named by one argument or by its words ("sriov", "pci=...")."""
+    return " ".join(args.object) if args.object else None
+
+
+def _at(entry: dict[str, Any]) -> float:
+    at = entry.get("at")
+    return float(at) if isinstance(at, int | float) else 0.0
+
+
+def _print_history(ctx: Ctx, entries: list[dict[str, Any]]) -> None:
+    if not entries:
+        ctx.print(["No history entries match."])
+        return
+    ctx.print(render.table(render.history_rows(entries), ctx.style, state_col=1))
+
+
+def watch(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    try:
+        for event, data in client.events(WATCH_IDLE):
+            if args.json:
+                try:
+                    parsed: Any = json.loads(data)
+                except ValueError:
+                    parsed = data
+                line = json.dumps({"event": event, "data": parsed})
+            else:
+                line = render.event_line(event, data, ctx.now(), ctx.style)
+            ctx.out.write(line + "\n")
+            ctx.out.flush()  # a line as it happens, also into a pipe
+    except KeyboardInterrupt:
+        return exits.OK
+    ctx.warn("rdmad closed the event stream (it stopped or restarted, or this reader fell behind)")
+    return exits.FAIL
+
+
+def reload(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    return _trigger("reload", args, ctx, client)
+
+
+def reconcile(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    return _trigger("reconcile", args, ctx, client)
+
+
+def _trigger(what: str, args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    target = f"/v1/{what}"
+    doc = _doc(client.post(target, {"wait": f"{args.wait:g}"}, wait=args.wait), target)
+    if args.json:
+        ctx.json(doc)
+    else:
+        ctx.print(render.trigger_lines(what, doc, args.wait))
+    if doc.get("pass") is None:
+        return exits.OK if args.wait <= 0 else exits.FAIL
+    if what == "reload" and _config_rejected(ctx, client, args.json):
+        return exits.FAIL
+    return exits.OK if doc.get("converged") is True else exits.FAIL
+
+
+def _config_rejected(ctx: Ctx, client: Client, quiet: bool) -> bool:
+    """After a reload: did the daemon refuse the files? The answer's summary only hints
+    at it; the status lists the errors (a script's `reload || ...` must see them)."""
+    daemon = _doc(_doc(client.get("/v1/status"), "/v1/status", "daemon")["daemon"], "/v1/status")
+    errors = daemon.get("config_errors") or []
+    if errors and not quiet:
+        kept = "the last good config is kept" if daemon.get("config_ok") else "nothing managed"
+        ctx.warn(f"the config is invalid ({len(errors)} error(s)); {kept}:")
+        for error in errors:
+            ctx.err.write(f"  {error}\n")
+    return bool(errors)
+
+
+def snapshot(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    doc = _doc(client.get("/v1/snapshot"), "/v1/snapshot", "toml")
+    text = doc["toml"]
+    if not isinstance(text, str):
+        raise RequestFailed("rdmad's /v1/snapshot answer has no TOML text")
+    if args.output:
+        try:
+            _write_atomic(args.output, text)
+        except OSError as exc:
+            raise RequestFailed(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        ctx.err.write(f"wrote {args.output}\n")
+    if args.json:
+        ctx.json(doc)
+    elif not args.output:
+        ctx.out.write(text if text.endswith("\n") or not text else text + "\n")
+    return exits.OK
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """The whole file or the old one: a temp file beside it, fsync, rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def config(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    doc = _doc(client.get("/v1/config"), "/v1/config", "files", "values")
+    if args.json:
+        ctx.json(doc)
+    else:
+        ctx.print(render.config_lines(doc))
+    return exits.OK if doc.get("ok", True) is True and not doc.get("errors") else exits.FAIL
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
+    "status": status,
+    "plan": plan,
+    "history": history,
+    "watch": watch,
+    "reload": reload,
+    "reconcile": reconcile,
+    "snapshot": snapshot,
+    "config": config,
+}
+
+
+def _doc(doc: Any, target: str, *keys: str) -> dict[str, Any]:
+    """The answer, if it is an object with ``keys``; else a clear failure (the daemon
+    and rdmad-ctl disagree on docs/API.md)."""
+    if not isinstance(doc, dict):
+        raise RequestFailed(f"rdmad's answer to {target} is not a JSON object")
+    missing = [k for k in keys if k not in doc]
+    if missing:
+        raise RequestFailed(
+            f"rdmad's answer to {target} lacks {', '.join(missing)} (API version "
+            f"{doc.get('api')!r}; is rdmad-ctl the same version as the daemon?)"
+        )
+    return doc

@@ -1,0 +1,288 @@
+"""rdmad-ctl's commands against a fixture daemon: what they ask, their exit codes, and
+that every broken answer becomes one clear line and exit 1, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from rdmad.ctl import exits
+from rdmad.ctl.render import table
+from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
+
+# --- what status means for scripts ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "code"),
+    [("converged", 0), ("blocked", 1), ("unsupported", 0), ("degraded", 1)],
+)
+def test_status_exit_code_follows_converged(api: ApiStub, case: str, code: int) -> None:
+    api.fixture("GET /v1/status", f"status-{case}.json")
+    assert ctl("status", socket=api.socket).code == code
+    assert ctl("status", "--json", socket=api.socket).code == code
+    assert api.requests == [("GET", "/v1/status")] * 2
+
+
+def test_blocked_status_names_the_holder(api: ApiStub) -> None:
+    api.fixture("GET /v1/status", "status-blocked.json")
+    out = ctl("status", socket=api.socket).out
+    held_by = next(line for line in out.splitlines() if "held by" in line)
+    assert "pid 1234 (qemu-system-x86) holds /dev/vfio/42" in held_by
+    assert "VF 3" in out and "VF 0" not in out  # only what is not converged, without -v
+    assert "VF 0" in ctl("status", "-v", socket=api.socket).out
+
+
+def test_status_json_is_the_api_document(api: ApiStub) -> None:
+    doc = api.fixture("GET /v1/status", "status-blocked.json")
+    assert json.loads(ctl("status", "--json", socket=api.socket).out) == doc
+
+
+def test_options_before_or_after_the_command(api: ApiStub) -> None:
+    doc = api.fixture("GET /v1/status", "status-converged.json")
+    before = ctl("--json", "--socket", api.socket, "status")
+    after = ctl("status", "--socket", api.socket, "--json")
+    assert json.loads(before.out) == json.loads(after.out) == doc
+
+
+def test_socket_from_the_environment(api: ApiStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    api.fixture("GET /v1/status", "status-converged.json")
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    assert ctl("status").code == 0
+    assert api.requests == [("GET", "/v1/status")]
+
+
+def test_degraded_shows_errno_and_retry(api: ApiStub) -> None:
+    api.fixture("GET /v1/status", "status-degraded.json")
+    out = ctl("status", socket=api.socket).out.splitlines()
+    line = next(ln for ln in out if ln.startswith("degraded"))
+    assert "ENOMEM (12)" in line and "3 failure(s)" in line and "retry in 40s" in line
+
+
+# --- the daemon is not there ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["plan", "watch", "reload", "reconcile", "snapshot", "config"])
+def test_every_command_says_when_rdmad_is_not_running(short_dir: Path, command: str) -> None:
+    result = ctl(command, socket=str(short_dir / "absent.sock"))
+    assert result.code == exits.NOT_RUNNING
+    assert "rdmad is not running (no socket at" in result.err
+    assert "systemctl start rdmad" in result.err and "journalctl -u rdmad" in result.err
+    assert result.out == ""
+
+
+def test_a_socket_nobody_listens_on_is_not_running(short_dir: Path) -> None:
+    path = short_dir / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+        stale.bind(str(path))  # left behind by a daemon that died: bound, not listening
+        result = ctl("status", socket=str(path), state_dir=str(short_dir))
+    assert result.code == exits.NOT_RUNNING
+    assert f"nothing listens at {path}" in result.err
+
+
+def test_corrupt_state_file_is_reported_not_raised(short_dir: Path) -> None:
+    (short_dir / "state.json").write_text("{not json")
+    result = ctl("status", socket=str(short_dir / "absent.sock"), state_dir=str(short_dir))
+    assert result.code == exits.NOT_RUNNING
+    assert "is corrupt (not JSON" in result.out
+
+
+# --- broken and refused answers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [
+        (Reply(200, b"<html>hello</html>", "text/html"), "not JSON: <html>hello</html>"),
+        (Reply(200, b"[1, 2]"), "is not a JSON object"),
+        (Reply(200, b'{"api": 1}'), "lacks objects, converged"),
+        (Reply(200, b'{"api": 1, "objects": 3, "converged": false}'), "not what this rdmad-ctl"),
+        (
+            Reply(500, b'{"error": {"status": 500, "code": "internal", "message": "boom"}}'),
+            "answered /v1/status with 500 internal: boom",
+        ),
+        (Reply(500, b"Internal Server Error", "text/plain"), "500: Internal Server Error"),
+        (
+            Reply(503, b'{"error": {"status": 503, "code": "unavailable", "message": "starting"}}'),
+            "cannot answer /v1/status now (503 unavailable): starting",
+        ),
+        (Reply(0), "closed the connection without answering"),
+    ],
+    ids=["html", "list", "missing-keys", "wrong-types", "500-json", "500-text", "503", "hangup"],
+)
+def test_malformed_answers_are_one_clear_line(api: ApiStub, reply: Reply, words: str) -> None:
+    api.routes["GET /v1/status"] = reply
+    result = ctl("status", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert words in result.err
+    assert "Traceback" not in result.err and result.out == ""
+    assert result.err.count("\n") == 1
+
+
+def test_forbidden_names_the_group(api: ApiStub) -> None:
+    api.error("POST /v1/reload", 403, "forbidden", "uid 1000 may not reload")
+    result = ctl("reload", socket=api.socket)
+    assert result.code == exits.DENIED
+    assert "uid 1000 may not reload" in result.err
+    assert "read group (default `rdmad`" in result.err and "write_group" in result.err
+
+
+def test_a_stuck_daemon_times_out(api: ApiStub) -> None:
+    api.routes["GET /v1/config"] = Reply(200, b"{}", hold=threading.Event())
+    result = ctl("config", "--timeout", "0.3", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert "did not answer /v1/config within 0.3 s" in result.err
+
+
+# --- the other commands ------------------------------------------------------------------------
+
+
+def test_history_passes_its_filters(api: ApiStub) -> None:
+    api.fixture("GET /v1/history", "history.json")
+    result = ctl(
+        "history", "sriov pci=0000:3b:00.0", "--since", "1h30m", "--limit", "5", socket=api.socket
+    )
+    assert result.code == 0
+    ((method, path),) = api.requests
+    since = NOW - 5400
+    assert (method, path) == (
+        "GET",
+        f"/v1/history?obj=sriov+pci%3D0000%3A3b%3A00.0&since={since}&limit=5",
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("@1795000000", 1795000000.0),
+        ("2026-11-18T08:00:00", NOW - 11400),  # NOW is 2026-11-18 11:10:00 UTC
+        ("2d", NOW - 172800),
+        ("45s", NOW - 45),
+    ],
+)
+def test_history_since_forms(api: ApiStub, spec: str, want: float) -> None:
+    api.fixture("GET /v1/history", "history.json")
+    assert ctl("history", "--since", spec, socket=api.socket).code == 0
+    assert api.requests[0][1] == f"/v1/history?since={want}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "--since", "90"],
+        ["history", "--since", "yesterday"],
+        ["history", "--limit", "0"],
+        ["reload", "--wait", "-1"],
+        ["status", "--timeout", "soon"],
+        ["frobnicate"],
+        [],
+    ],
+)
+def test_usage_errors_exit_2_and_ask_nothing(
+    api: ApiStub, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        code = ctl(*argv, socket=api.socket).code
+        raise SystemExit(code)
+    assert exc.value.code == exits.USAGE
+    assert api.requests == []
+    assert "usage: rdmad-ctl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what", ["reload", "reconcile"])
+def test_mutations_wait_for_their_pass(api: ApiStub, what: str) -> None:
+    api.fixture("GET /v1/status", "status-blocked.json")  # the config is valid
+    answer = {"api": 1, "queued": True, "pass": 15, "seconds": 0.004,
+              "summary": "1 object(s), 1 blocked; ...", "converged": False}  # fmt: skip
+    api.json(f"POST /v1/{what}", answer)
+    result = ctl(what, "--wait", "12", socket=api.socket)
+    assert api.requests[0] == ("POST", f"/v1/{what}?wait=12")
+    # A reload then checks the daemon took the config: the status lists its errors.
+    assert api.requests[1:] == ([("GET", "/v1/status")] if what == "reload" else [])
+    assert result.code == exits.FAIL  # answered, and the node is not converged
+    assert result.out.startswith(f"{what}: pass 15 (4 ms): NOT converged")
+    api.json(f"POST /v1/{what}", {**answer, "converged": True})
+    assert ctl(what, socket=api.socket).code == exits.OK
+    assert ("POST", f"/v1/{what}?wait=30") in api.requests
+
+
+def test_reload_of_an_invalid_config_exits_1_with_its_errors(api: ApiStub) -> None:
+    status = fixture("status-converged.json")
+    status["daemon"]["config_errors"] = ["/etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int"]
+    api.json("GET /v1/status", status)
+    api.json("POST /v1/reload", {"api": 1, "queued": True, "pass": 15, "seconds": 0.004,
+                                 "summary": "2 object(s), 2 converged; config invalid",
+                                 "converged": True})  # fmt: skip
+    result = ctl("reload", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert result.err == (
+        "rdmad-ctl: the config is invalid (1 error(s)); the last good config is kept:\n"
+        "  /etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int\n"
+    )
+
+
+def test_reconcile_without_waiting(api: ApiStub) -> None:
+    api.json("POST /v1/reconcile", {"api": 1, "queued": True, "pass": None})
+    result = ctl("reconcile", "--wait", "0", socket=api.socket)
+    assert (result.code, result.out) == (0, "reconcile: queued (not waiting for the pass)\n")
+
+
+def test_snapshot_to_a_file(api: ApiStub, short_dir: Path) -> None:
+    doc = api.fixture("GET /v1/snapshot", "snapshot.json")
+    target = short_dir / "50-snapshot.toml"
+    target.write_text("old")
+    result = ctl("snapshot", "-o", str(target), socket=api.socket)
+    assert result.code == 0 and result.out == ""
+    assert target.read_text() == doc["toml"]
+    assert sorted(p.name for p in short_dir.iterdir()) == ["50-snapshot.toml", "rdmad.sock"]
+
+
+def test_snapshot_to_an_unwritable_place_changes_nothing(api: ApiStub, short_dir: Path) -> None:
+    api.fixture("GET /v1/snapshot", "snapshot.json")
+    result = ctl("snapshot", "-o", str(short_dir / "nodir" / "x.toml"), socket=api.socket)
+    assert result.code == exits.FAIL and "cannot write" in result.err
+    assert sorted(p.name for p in short_dir.iterdir()) == ["rdmad.sock"]
+
+
+def test_invalid_config_exits_1(api: ApiStub) -> None:
+    doc = fixture("config.json")
+    api.json("GET /v1/config", {**doc, "ok": False, "errors": ["rdmad.toml: sriov[0].numvfs: -1"]})
+    result = ctl("config", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert "config INVALID (1 error(s))" in result.out
+
+
+def test_plan_json_is_the_api_document(api: ApiStub) -> None:
+    doc = api.fixture("GET /v1/plan", "plan.json")
+    result = ctl("plan", "--json", socket=api.socket)
+    assert (result.code, json.loads(result.out)) == (0, doc)
+
+
+def test_long_reasons_are_cut_to_a_terminal_but_never_in_a_pipe() -> None:
+    rows = [
+        ["STATE", "OBJECT", "REASON"],
+        ["blocked", "sriov x", "r" * 200],
+        ["converged", "y", ""],
+    ]
+    cut = table(rows, width=60)
+    assert [len(line) for line in cut] == [26, 60, 12]
+    assert cut[1].endswith("r…")
+    assert table(rows, width=30)[1].endswith("r" * 200)  # 10 columns left: wrapping reads better
+    assert table(rows)[1].endswith("r" * 200)
+
+
+def test_a_reader_that_goes_away_is_no_error_to_report(api: ApiStub) -> None:
+    """`rdmad-ctl history | head -1`: the rest of the output has nowhere to go."""
+    entry = fixture("history.json")["entries"][1]
+    api.json("GET /v1/history", {"api": 1, "entries": [entry] * 3000})  # > a pipe's buffer
+    proc = ctl_process("--socket", api.socket, "history")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("TIME")
+    proc.stdout.close()
+    assert proc.wait(30) == exits.FAIL
+    with proc.stderr:
+        assert proc.stderr.read() == ""

@@ -1,0 +1,109 @@
+"""`rdmad plan` prints the running daemon's plan (GET /v1/plan) when it answers, in
+the formats it always had; it computes the plan itself when asked for another view
+(--local, --root, --config, --state) or when the daemon does not answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rdmad import config
+from rdmad.cli import main
+from rdmad.ctl.render import plan_body
+from tests.ctl.conftest import ApiStub, Reply, fixture
+
+
+@pytest.fixture
+def no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty default config dir: a local plan of this host declares nothing."""
+    monkeypatch.setattr(config, "DEFAULT_DIR", tmp_path)
+    return tmp_path
+
+
+def test_plan_comes_from_the_daemon(
+    api: ApiStub,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    doc = api.fixture("GET /v1/plan", "plan.json")
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"The running rdmad's plan (from {api.socket}, made 2026-11-18 11:09:59)"
+    rows = [(o["obj"], o["state"], o["reason"]) for o in doc["objects"]]
+    assert out[3:] == plan_body(rows, doc["actions"])
+    assert "1. [rxe rxe1] rdma link add rxe1 type rxe netdev eth1" in "\n".join(out)
+    assert api.requests == [("GET", "/v1/plan")]
+
+
+def test_plan_json_from_the_daemon_keeps_the_local_keys(
+    api: ApiStub,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api.fixture("GET /v1/plan", "plan.json")
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    assert main(["plan", "--json"]) == 0
+    daemon = json.loads(capsys.readouterr().out)
+    assert (daemon["source"], daemon["socket"]) == ("daemon", api.socket)
+    assert main(["plan", "--json", "--local"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert local["source"] == "local"
+    assert set(daemon) >= {"objects", "actions", "notes"}
+    assert daemon["objects"][0] == {
+        "object": "sriov pci=0000:00:03.0",
+        "state": "blocked",
+        "message": fixture("plan.json")["objects"][0]["reason"],
+    }
+    assert set(daemon["actions"][1]) == {"object", "kind", "changes_kernel", "what", "reason"}
+    assert daemon["actions"][1]["what"] == "rdma link add rxe1 type rxe netdev eth1"
+
+
+@pytest.mark.parametrize("flag", ["--local", "--config", "--root", "--state"])
+def test_another_view_is_computed_here(
+    api: ApiStub,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+) -> None:
+    api.fixture("GET /v1/plan", "plan.json")
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    value = {"--local": [], "--config": [str(no_config)], "--root": ["/"],
+             "--state": [str(no_config / "state.json")]}[flag]  # fmt: skip
+    assert main(["plan", flag, *value]) == 0
+    assert capsys.readouterr().out.startswith("Observed this host")
+    assert api.requests == []
+
+
+def test_daemon_not_running_plans_here(
+    short_dir: Path,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("RDMAD_SOCKET", str(short_dir / "absent.sock"))
+    assert main(["plan"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Observed this host")
+    assert "Nothing to do" in captured.out and captured.err == ""
+
+
+def test_daemon_that_cannot_answer_is_named_then_planned_here(
+    api: ApiStub,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api.routes["GET /v1/plan"] = Reply(
+        503, b'{"error": {"status": 503, "code": "unavailable", "message": "a pass is stuck"}}'
+    )
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    assert main(["plan"]) == 0
+    captured = capsys.readouterr()
+    assert "no plan from the daemon" in captured.err and "a pass is stuck" in captured.err
+    assert captured.out.startswith("Observed this host")
