@@ -845,8 +845,9 @@ class Guest:
         package: the .deb built from this tree (once per session, cached by its
         inputs) installed with `apt-get install ./rdmad_*.deb` (the guest has no
         network: its dependencies come from the image), then the service is
-        stopped and disabled, so every test starts rdmad itself, with its own
-        config, as with the source install. Already installed (this version): a
+        stopped and disabled and its state removed, so every test starts rdmad
+        itself, with its own config, on a node it has never seen, as with the
+        source install. Already installed (this version): a
         no-op, the service untouched. source: see install_source().
         A failed install or compile is reported, never raised: rdmad may be
         half-written.
@@ -864,7 +865,12 @@ class Guest:
         res = self.install_deb(deb)
         ok = res.ok and self.run("command -v rdmad && command -v rdmad-ctl").ok
         if ok:
-            self.check("systemctl disable --now rdmad.service", timeout=360)
+            # Installed, never run: the postinst's first start wrote a state file,
+            # which tests of a node rdmad has never seen must not find.
+            self.check(
+                "systemctl disable --now rdmad.service && rm -rf /var/lib/rdmad /run/rdmad",
+                timeout=360,
+            )
         else:
             log(
                 f"{self.name}: installing {deb.name} failed (reported, not raised):\n"
