@@ -1,4 +1,4 @@
-.PHONY: test demo lint lab-shell lab-image bench
+.PHONY: test demo lint lab-shell lab-image bench deb rpm packages lock
 test:
 	bash scripts/test.sh
 demo:
@@ -9,3 +9,12 @@ lab-image:
 	bash scripts/lab-deps.sh && bash scripts/lab-image.sh
 lab-shell:
 	bash scripts/lab-shell.sh
+# Packages into dist/ (git-ignored), each cached by a hash of its inputs.
+deb:
+	bash scripts/pkg-deps.sh && bash scripts/build-deb.sh
+rpm:
+	bash scripts/pkg-deps.sh && bash scripts/build-rpm.sh
+packages: deb rpm
+# Re-pin packaging/requirements.lock after a change to pyproject's dependencies.
+lock:
+	bash packaging/lock.sh

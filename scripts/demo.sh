@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Set up rdmad and show its main job on a real kernel: boot a QEMU lab guest
-# (Debian 12, kernel 6.1, emulated igb SR-IOV NIC), install rdmad as a systemd
-# service, declare 4 VFs with settings and an rxe link, reboot the guest and
-# reload the PF driver, and show everything restored with the time it took.
+# Build rdmad's .deb and show its main job on a real kernel: boot a QEMU lab guest
+# (Debian 12, kernel 6.1, emulated igb SR-IOV NIC, no network), install the .deb
+# with apt (dependencies offline, from the image), declare 4 VFs with settings and
+# an rxe link, show `rdmad-ctl status`, reboot the guest and reload the PF driver,
+# and show everything restored with the time it took.
 #
-#   bash scripts/demo.sh          the lab demo (root; installs QEMU and builds the guest image once)
+#   bash scripts/demo.sh          the lab demo (root; installs QEMU and the package tools,
+#                                 builds the guest image and the .deb once, then cached)
 #   bash scripts/demo.sh --plan   quick: plan against a fake mlx5 + igb sysfs tree (no root, no QEMU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,5 +38,10 @@ fi
 echo "== lab: host packages and guest image (first run: a few minutes, then cached)"
 bash scripts/lab-deps.sh
 bash scripts/lab-image.sh
+if [[ ${RDMAD_LAB_INSTALL:-package} == package ]]; then
+    echo "== the .deb (dpkg-buildpackage from a copy of this tree; cached by its inputs)"
+    bash scripts/pkg-deps.sh
+    bash scripts/build-deb.sh
+fi
 echo "== lab demo"
 .venv/bin/python tests/lab/demo.py "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run every check and test: lint, types, layer contracts, unit, kernel
-# (netns, as root), and the QEMU lab (as root; builds the guest image once, cached).
+# (netns, as root), the packages (.deb, .rpm: built, then checked), and the QEMU lab
+# (as root; builds the guest image once, cached; installs rdmad from the .deb).
 # RDMAD_SKIP_LAB=1 leaves the lab out (its tests then skip, saying why; in CI they fail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,17 @@ if [[ $(id -u) -eq 0 && ${RDMAD_SKIP_LAB:-0} != 1 ]]; then
 fi
 # In CI (CI=true) a lab test that skips fails the run instead: tests/lab/conftest.py
 # decides that from the environment, for any user and any way pytest is started.
+
+if [[ $(id -u) -eq 0 ]]; then
+    bash scripts/pkg-deps.sh
+fi
+if command -v dpkg-buildpackage >/dev/null && command -v rpmbuild >/dev/null; then
+    # Built once here; tests/packaging and the lab (which installs the .deb) reuse
+    # them from dist/cache/ (keyed by a hash of the inputs).
+    echo "== packages: .deb and .rpm"
+    bash scripts/build-deb.sh
+    bash scripts/build-rpm.sh
+fi
 
 echo "== pytest"
 $py/python -m pytest "$@"

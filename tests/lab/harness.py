@@ -39,6 +39,13 @@ GUEST_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV = "/opt/rdmad/venv"
 SRC_MOUNT = "/mnt/src"
 INSTALL_DIR = "/opt/rdmad/src"
+# How install_rdmad() puts rdmad into a guest: "package" (the default, what CI and
+# users get: the .deb built from this tree, installed with apt) or "source" (a copy
+# of rdmad/ into the image's venv: seconds, for iterating on the code).
+INSTALL_MODE_ENV = "RDMAD_LAB_INSTALL"
+BUILD_DEB = REPO_ROOT / "scripts" / "build-deb.sh"
+PACKAGE_PYTHON = "/usr/lib/rdmad/bin/python3"
+GUEST_DEB_DIR = "/var/cache/rdmad-lab-debs"
 WORKDIR_PREFIX = "rdmad-lab-"
 
 _PR_SET_PDEATHSIG = 1
@@ -105,6 +112,36 @@ def qemu_has_igb() -> bool:
     return '"igb"' in proc.stdout
 
 
+def install_mode() -> str:
+    mode = os.environ.get(INSTALL_MODE_ENV, "package")
+    if mode not in ("package", "source"):
+        raise LabError(f"{INSTALL_MODE_ENV}={mode!r}: use 'package' or 'source'")
+    return mode
+
+
+_DEBS: dict[str, Path] = {}
+
+
+def build_deb(version: str | None = None) -> Path:
+    """The .deb of this tree (scripts/build-deb.sh, cached by a hash of its inputs).
+
+    Built at most once per version per session; the result lies under dist/, which
+    the guest sees through the 9p share.
+    """
+    key = version or ""
+    if key not in _DEBS:
+        argv = ["bash", str(BUILD_DEB)] + (["--version", version] if version else [])
+        log(f"building the .deb{f' {version}' if version else ''} (cached by its inputs)")
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
+        if proc.returncode != 0:
+            raise LabError(f"scripts/build-deb.sh failed:\n{proc.stderr[-4000:]}")
+        deb = Path(proc.stdout.strip().splitlines()[-1])
+        if REPO_ROOT not in deb.resolve().parents:
+            raise LabError(f"{deb}: not under {REPO_ROOT}, so not in the guest's 9p share")
+        _DEBS[key] = deb
+    return _DEBS[key]
+
+
 def missing_prerequisite() -> str | None:
     """Why the lab cannot run here, or None. The reason says how to fix it."""
     if not sys.platform.startswith("linux"):
@@ -117,6 +154,12 @@ def missing_prerequisite() -> str | None:
         return f"{QEMU} has no igb device: QEMU >= 8 is needed ({ENABLE_HINT})"
     if find_image() is None:
         return f"the lab guest image for the current inputs is not built ({ENABLE_HINT})"
+    for tool in ("dpkg-buildpackage", "dh"):
+        if shutil.which(tool) is None:
+            return (
+                f"{tool} not found: the lab installs rdmad from its .deb "
+                "(run scripts/pkg-deps.sh as root)"
+            )
     return None
 
 
@@ -797,6 +840,61 @@ class Guest:
         )
 
     def install_rdmad(self) -> InstallReport:
+        """Install rdmad the way RDMAD_LAB_INSTALL says (default: the package).
+
+        package: the .deb built from this tree (once per session, cached by its
+        inputs) installed with `apt-get install ./rdmad_*.deb` (the guest has no
+        network: its dependencies come from the image), then the service is
+        stopped and disabled and its state removed, so every test starts rdmad
+        itself, with its own config, on a node it has never seen, as with the
+        source install. Already installed (this version): a
+        no-op, the service untouched. source: see install_source().
+        A failed install or compile is reported, never raised: rdmad may be
+        half-written.
+        """
+        if install_mode() == "source":
+            return self.install_source()
+        started = time.monotonic()
+        deb = build_deb()
+        version = deb.name.split("_")[1]
+        status = self.run("dpkg-query -W -f '${Status} ${Version}' rdmad").out.strip()
+        if status == f"install ok installed {version}":
+            # Installed by an earlier test: leave the service as the caller has it
+            # (a test may call this while its rdmad is running).
+            return InstallReport(True, status, True, time.monotonic() - started)
+        res = self.install_deb(deb)
+        ok = res.ok and self.run("command -v rdmad && command -v rdmad-ctl").ok
+        if ok:
+            # Installed, never run: the postinst's first start wrote a state file,
+            # which tests of a node rdmad has never seen must not find.
+            self.check(
+                "systemctl disable --now rdmad.service && rm -rf /var/lib/rdmad /run/rdmad",
+                timeout=360,
+            )
+        else:
+            log(
+                f"{self.name}: installing {deb.name} failed (reported, not raised):\n"
+                + res.describe()
+            )
+        return InstallReport(ok, res.out + res.err, ok, time.monotonic() - started)
+
+    def install_deb(self, deb: Path, timeout: float = 600.0) -> ExecResult:
+        """`apt-get install ./DEB` of a .deb under the repo (seen through the 9p share)."""
+        self.mount_src()
+        rel = deb.resolve().relative_to(REPO_ROOT)
+        guest_deb = f"{GUEST_DEB_DIR}/{deb.name}"
+        self.check(
+            f"mkdir -p {GUEST_DEB_DIR} && cp {SRC_MOUNT}/{shlex.quote(str(rel))} {guest_deb} "
+            f"&& chmod 0644 {guest_deb}",
+            timeout=120,
+        )
+        return self.run(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+            f"-o Dpkg::Options::=--force-confold {guest_deb}",
+            timeout=timeout,
+        )
+
+    def install_source(self) -> InstallReport:
         """Copy rdmad/ from the 9p share into the guest venv and compile it.
 
         Cheap (seconds) and independent of the image: the image holds only the
@@ -861,9 +959,14 @@ class Guest:
 
 
 def install_rdmad(guest: Guest) -> str:
-    """Function form of Guest.install_rdmad(); returns the guest venv's python."""
+    """Function form of Guest.install_rdmad(); returns the python that imports rdmad."""
     guest.install_rdmad()
-    return f"{VENV}/bin/python"
+    return rdmad_python()
+
+
+def rdmad_python() -> str:
+    """The guest python whose sys.path has the installed rdmad and its dependencies."""
+    return PACKAGE_PYTHON if install_mode() == "package" else f"{VENV}/bin/python"
 
 
 def rewrite_exec_start(unit_text: str) -> str:

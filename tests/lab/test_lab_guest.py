@@ -6,7 +6,15 @@ import re
 import tomllib
 
 import pytest
-from harness import REPO_ROOT, VENV, Guest, GuestTimeout, rewrite_exec_start
+from harness import (
+    PACKAGE_PYTHON,
+    REPO_ROOT,
+    VENV,
+    Guest,
+    GuestTimeout,
+    install_mode,
+    rewrite_exec_start,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -41,6 +49,9 @@ def test_install_rdmad_puts_the_package_in_place(guest: Guest) -> None:
     report = guest.install_rdmad()
 
     assert report.compiled, report.output
+    if install_mode() == "package":
+        _assert_package_installed(guest)
+        return
     out = guest.check(
         f"{VENV}/bin/python -c 'import rdmad; print(rdmad.__version__, rdmad.__file__)'"
     ).split()
@@ -50,6 +61,25 @@ def test_install_rdmad_puts_the_package_in_place(guest: Guest) -> None:
     for tool, module in (("rdmad", "rdmad.cli"), ("rdmad-ctl", "rdmad.ctl")):
         wrapper = guest.check(f"test -x /usr/local/bin/{tool} && cat /usr/local/bin/{tool}")
         assert f'{VENV}/bin/python -m {module} "$@"' in wrapper
+
+
+def _assert_package_installed(guest: Guest) -> None:
+    """The .deb's rdmad: its own venv, /usr/bin commands, the unit installed but stopped."""
+    out = guest.check(
+        f"{PACKAGE_PYTHON} -c 'import rdmad; print(rdmad.__version__, rdmad.__file__)'"
+    ).split()
+    assert out[0] == _repo_version()
+    assert out[1] == "/usr/lib/rdmad/lib/python3.11/site-packages/rdmad/__init__.py"
+    assert guest.check("for t in rdmad rdmad-ctl; do command -v $t; done").split() == [
+        "/usr/bin/rdmad",
+        "/usr/bin/rdmad-ctl",
+    ]
+    assert guest.check("dpkg-query -W -f '${Status}' rdmad") == "install ok installed"
+    # install_rdmad() leaves the service to each test: installed, stopped, disabled.
+    assert guest.run("systemctl is-active rdmad.service").out.strip() == "inactive"
+    assert guest.check("systemctl show -p FragmentPath --value rdmad.service").strip() == (
+        "/lib/systemd/system/rdmad.service"
+    )
 
 
 def test_image_venv_holds_rdmad_runtime_dependencies(guest: Guest) -> None:

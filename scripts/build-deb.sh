@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Build the rdmad .deb from a copy of the tree, into dist/ (git-ignored).
+#
+#   bash scripts/build-deb.sh [--version VERSION] [--out DIR]
+#
+# Prints the .deb's path on stdout. A build is cached in DIR/cache/KEY/, KEY a
+# hash of every input file (tracked and untracked, not ignored) and the
+# version: the same inputs give the same .deb without rebuilding. --version
+# builds a different Debian version (the lab's upgrade test); default: the
+# newest entry of packaging/deb/debian/changelog, whose upstream part must
+# match [project].version. Needs dpkg-dev, debhelper, python3.11-venv (run
+# scripts/pkg-deps.sh as root) and PyPI access (the lock files are hash-checked).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+version=""
+out=$repo/dist
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --version) version=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "usage: build-deb.sh [--version VERSION] [--out DIR]" >&2; exit 2 ;;
+    esac
+done
+log() { echo "build-deb: $*" >&2; }
+
+changelog_version=$(dpkg-parsechangelog -l packaging/deb/debian/changelog -S Version)
+project_version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+[[ ${changelog_version%%-*} == "$project_version" ]] || {
+    log "packaging/deb/debian/changelog ($changelog_version) does not match pyproject.toml ($project_version)"
+    exit 1
+}
+version=${version:-$changelog_version}
+
+# The inputs: what git would commit (so a dirty tree builds what it shows).
+mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard | sort -z)
+existing=()
+for f in "${files[@]}"; do [[ -f $f ]] && existing+=("$f"); done
+key=$({ echo "version=$version"; sha256sum "${existing[@]}"; } | sha256sum | cut -c1-16)
+cache=$out/cache/$key
+if compgen -G "$cache/rdmad_*.deb" >/dev/null; then
+    log "cached: $cache"
+    ls "$cache"/rdmad_*.deb
+    exit 0
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rdmad-deb.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+src=$work/rdmad-$project_version
+mkdir -p "$src"
+tar -cf - "${existing[@]}" | tar -C "$src" -xf -
+rm -rf "$src/debian"
+cp -a packaging/deb/debian "$src/debian"
+if [[ $version != "$changelog_version" ]]; then
+    { cat <<CL
+rdmad ($version) unstable; urgency=medium
+
+  * Rebuild as $version.
+
+ -- $(dpkg-parsechangelog -l packaging/deb/debian/changelog -S Maintainer)  $(date -R)
+
+CL
+      cat packaging/deb/debian/changelog; } >"$src/debian/changelog"
+fi
+log "dpkg-buildpackage $version in $src"
+# The system python3 and tools, not a developer venv's.
+(cd "$src" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)" \
+    dpkg-buildpackage -us -uc -b >"$work/build.log" 2>&1) || {
+    tail -40 "$work/build.log" >&2
+    log "dpkg-buildpackage failed (log above)"
+    exit 1
+}
+mkdir -p "$cache.tmp"
+mv "$work"/rdmad_*.deb "$work"/rdmad_*.buildinfo "$work"/rdmad_*.changes "$cache.tmp/"
+cp "$work/build.log" "$cache.tmp/"
+rm -rf "$cache"
+mv "$cache.tmp" "$cache"
+ls "$cache"/rdmad_*.deb

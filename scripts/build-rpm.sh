@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Build the rdmad .rpm (packaging/rpm/rdmad.spec) from a copy of the tree, into dist/.
+#
+#   bash scripts/build-rpm.sh [--out DIR]
+#
+# Prints the .rpm's path on stdout; cached like build-deb.sh (DIR/cache/rpm-KEY/).
+# rpmbuild runs with --nodeps: on Debian the RHEL build requirement (python3.11)
+# is the system's own python3.11, which the venv is built with.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$PWD/dist
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --out) out=$2; shift 2 ;;
+        *) echo "usage: build-rpm.sh [--out DIR]" >&2; exit 2 ;;
+    esac
+done
+log() { echo "build-rpm: $*" >&2; }
+
+version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
+mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard | sort -z)
+existing=()
+for f in "${files[@]}"; do [[ -f $f ]] && existing+=("$f"); done
+key=$(sha256sum "${existing[@]}" | sha256sum | cut -c1-16)
+cache=$out/cache/rpm-$key
+if compgen -G "$cache/rdmad-*.rpm" >/dev/null; then
+    log "cached: $cache"
+    ls "$cache"/rdmad-*.rpm
+    exit 0
+fi
+
+top=$(mktemp -d "${TMPDIR:-/tmp}/rdmad-rpm.XXXXXX")
+trap 'rm -rf "$top"' EXIT
+mkdir -p "$top"/{SOURCES,SPECS,BUILD,RPMS,SRPMS,stage/rdmad-$version}
+tar -cf - "${existing[@]}" | tar -C "$top/stage/rdmad-$version" -xf -
+tar -C "$top/stage" -czf "$top/SOURCES/rdmad-$version.tar.gz" "rdmad-$version"
+log "rpmbuild rdmad $version"
+env PATH=/usr/sbin:/usr/bin:/sbin:/bin rpmbuild -bb --nodeps \
+    --define "_topdir $top" --define "rdmad_version $version" \
+    packaging/rpm/rdmad.spec >"$top/build.log" 2>&1 || {
+    tail -40 "$top/build.log" >&2
+    log "rpmbuild failed (log above)"
+    exit 1
+}
+mkdir -p "$cache.tmp"
+mv "$top"/RPMS/*/rdmad-*.rpm "$cache.tmp/"
+cp "$top/build.log" "$cache.tmp/"
+rm -rf "$cache"
+mv "$cache.tmp" "$cache"
+ls "$cache"/rdmad-*.rpm

@@ -1,0 +1,126 @@
+"""The .deb: its files, control fields, conffiles, maintainer scripts, lintian."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.packaging.conftest import REPO, need
+
+SITE = "usr/lib/rdmad/lib/python3.11/site-packages"
+
+
+def _control_field(control: Path, name: str) -> str:
+    text = (control / "control").read_text()
+    match = re.search(rf"^{name}: (.*(?:\n .*)*)", text, re.M)
+    assert match, f"no {name} in the control file"
+    return match.group(1)
+
+
+def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> None:
+    for path in (
+        "usr/bin/rdmad",
+        "usr/bin/rdmad-ctl",
+        "usr/lib/rdmad/pyvenv.cfg",
+        f"{SITE}/rdmad/__init__.py",
+        f"{SITE}/rdmad/__pycache__/__init__.cpython-311.pyc",
+        f"{SITE}/pydantic/__init__.py",
+        f"{SITE}/aiohttp/__init__.py",
+        "lib/systemd/system/rdmad.service",
+        "usr/lib/sysusers.d/rdmad.conf",
+        "usr/share/rdmad/metrics-tcp.conf",
+        "etc/rdmad/rdmad.toml",
+        "usr/share/doc/rdmad/examples/rdmad.toml",
+        "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
+    ):
+        assert (deb_tree / path).exists(), path
+    assert (deb_tree / "etc/rdmad/rdmad.d").is_dir()
+    # The venv runs on the system's python3.11 (a Depends), wherever dh_link pointed it.
+    python = deb_tree / "usr/lib/rdmad/bin/python3"
+    assert os.path.normpath(python.parent / os.readlink(python)) == str(
+        deb_tree / "usr/bin/python3.11"
+    )
+    # No pip, setuptools or build tools left in the runtime venv.
+    names = {p.name.split("-")[0].lower() for p in (deb_tree / SITE).glob("*.dist-info")}
+    assert not names & {"pip", "setuptools", "wheel", "packaging"}
+    if (REPO / "completion" / "rdmad-ctl.bash").is_file():
+        assert (deb_tree / "usr/share/bash-completion/completions/rdmad-ctl").is_file()
+
+
+def test_deb_names_no_build_path(deb_tree: Path) -> None:
+    """A venv is not relocatable: nothing may point into the build directory."""
+    proc = subprocess.run(
+        ["grep", "-rlE", "/tmp/rdmad-deb|debian/rdmad/usr", str(deb_tree)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.stdout == "", proc.stdout
+
+
+def test_deb_wrappers_run_the_entry_points_isolated(deb_tree: Path) -> None:
+    text = (deb_tree / "usr/bin/rdmad").read_text()
+    assert text.startswith("#!/bin/sh\n")
+    assert "exec /usr/lib/rdmad/bin/python3 -I -c" in text
+    assert "from rdmad.cli import main" in text
+    assert 'sys.argv[0] = "rdmad"' in text
+    assert "from rdmad.ctl import main" in (deb_tree / "usr/bin/rdmad-ctl").read_text()
+
+
+def test_deb_config_is_a_conffile_that_declares_nothing(deb_tree: Path, deb_control: Path) -> None:
+    assert (deb_control / "conffiles").read_text().split() == ["/etc/rdmad/rdmad.toml"]
+    # Every TOML table or key is commented out except [daemon]: nothing is managed.
+    live = [
+        ln
+        for ln in (deb_tree / "etc/rdmad/rdmad.toml").read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    assert live == ["[daemon]"]
+    checker = REPO / ".venv" / "bin" / "rdmad"
+    if checker.exists():
+        proc = subprocess.run(
+            [str(checker), "check-config", "--config", str(deb_tree / "etc/rdmad/rdmad.toml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "0 SR-IOV PF(s), 0 rxe link(s)" in proc.stdout
+
+
+def test_deb_depends_on_the_interpreter_and_tools_only(deb_control: Path) -> None:
+    depends = {d.strip().split(" ")[0] for d in _control_field(deb_control, "Depends").split(",")}
+    assert {"python3.11", "systemd", "kmod", "libc6"} <= depends
+    # No python3-* distribution packages: the venv carries every library.
+    assert not [d for d in depends if d.startswith("python3-")]
+    assert _control_field(deb_control, "Architecture") == "amd64"
+
+
+def test_deb_maintainer_scripts(deb_control: Path) -> None:
+    postinst = (deb_control / "postinst").read_text()
+    # The group first, then enable, then start (install) or restart (upgrade).
+    sysusers = postinst.index("systemd-sysusers")
+    enable = postinst.index("deb-systemd-helper enable 'rdmad.service'")
+    start = postinst.index("deb-systemd-invoke $_dh_action 'rdmad.service'")
+    assert sysusers < enable < start
+    assert "_dh_action=restart" in postinst
+    prerm = (deb_control / "prerm").read_text()
+    assert re.search(r'\[ "\$1" = remove \].*\n\s*deb-systemd-invoke stop', prerm)
+    postrm = (deb_control / "postrm").read_text()
+    assert re.search(r'if \[ "\$1" = "purge" \]; then\n\s*rm -rf /var/lib/rdmad\n', postrm)
+
+
+def test_deb_is_lintian_clean(deb: Path) -> None:
+    """Clean but for the overrides in debian/rdmad.lintian-overrides, each with its reason."""
+    need("lintian")
+    proc = subprocess.run(
+        ["lintian", "--pedantic", "--fail-on", "error,warning,info,pedantic", str(deb)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    tags = [ln for ln in proc.stdout.splitlines() if re.match(r"^[EWIPX]: ", ln)]
+    assert (proc.returncode, tags) == (0, []), proc.stdout + proc.stderr
