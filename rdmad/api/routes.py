@@ -243,4 +243,3 @@ def _no_params(request: web.Request) -> None:
 
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(doc, status=status, dumps=docs.dumps)
-
