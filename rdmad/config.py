@@ -150,13 +150,10 @@ def read_document(path: Path) -> tuple[dict[str, Any] | None, ConfigError | None
         return None, ConfigError(name, "", "not valid TOML: arrays or tables nested too deeply")
 
 
-def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
-    """Read, merge and validate; raise ConfigInvalid with all errors.
-
-    Raises nothing else for anything found on disk: a file that cannot be read,
-    vanishes after listing, is not UTF-8 or is too big is a ConfigError like a
-    bad value, so the daemon keeps its last good config instead of exiting.
-    """
+def _read_all(
+    location: Path,
+) -> tuple[list[Path], list[tuple[str, dict[str, Any]]], list[ConfigError]]:
+    """The config files at ``location``, the documents that read, and what did not."""
     files, errors = _discover(location)
     docs: list[tuple[str, dict[str, Any]]] = []
     for path in files:
@@ -165,6 +162,17 @@ def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
             errors.append(problem)
         elif doc is not None:
             docs.append((_display(path), doc))
+    return files, docs, errors
+
+
+def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
+    """Read, merge and validate; raise ConfigInvalid with all errors.
+
+    Raises nothing else for anything found on disk: a file that cannot be read,
+    vanishes after listing, is not UTF-8 or is too big is a ConfigError like a
+    bad value, so the daemon keeps its last good config instead of exiting.
+    """
+    files, docs, errors = _read_all(location)
     desired, more = parse(docs)
     errors.extend(more)
     if errors or desired is None:
@@ -254,14 +262,7 @@ class Effective:
 def effective(location: Path = DEFAULT_DIR) -> Effective:
     """The merged config at ``location`` with the file and key each value came from,
     and every error ``load()`` would report. Reads only; changes nothing."""
-    files, errors = _discover(location)
-    docs: list[tuple[str, dict[str, Any]]] = []
-    for path in files:
-        doc, problem = read_document(path)
-        if problem is not None:
-            errors.append(problem)
-        elif doc is not None:
-            docs.append((_display(path), doc))
+    files, docs, errors = _read_all(location)
     merger = _Merger()
     for file, doc in docs:
         merger.add(file, doc)
