@@ -162,7 +162,7 @@ def fetch(url: str) -> tuple[int, str]:
 
 
 def test_daemon_serves_metrics_and_writes_the_textfile_with_an_invalid_config(
-    tmp_path: Path,
+    tmp_path: Path, short_dir: Path
 ) -> None:
     cfg = tmp_path / "etc"
     (cfg / "rdmad.d").mkdir(parents=True)
@@ -172,6 +172,8 @@ def test_daemon_serves_metrics_and_writes_the_textfile_with_an_invalid_config(
     (cfg / "rdmad.toml").write_text(
         f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n'
         f'[metrics]\nlisten = "127.0.0.1:{port}"\ntextfile_dir = "{textdir}"\n'
+        # Its own API socket: never the host's /run/rdmad.
+        f'[api]\nsocket = "{short_dir / "rdmad.sock"}"\n'
     )
     # Invalid elsewhere: the daemon runs on with nothing managed, metrics stay on.
     (cfg / "rdmad.d" / "50-bad.toml").write_text("[daemon]\nsettle = 'soon'\n")
