@@ -14,19 +14,11 @@ from typing import Protocol
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from rdmad.api.errors import json_error
 from rdmad.api.metrics import CONTENT_TYPE, Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 PATH = "/metrics"
-
-_CODES = {
-    400: "bad-request",
-    403: "forbidden",
-    404: "not-found",
-    405: "method-not-allowed",
-    408: "timeout",
-    413: "too-large",
-}
 
 
 class AsyncCloseable(Protocol):
@@ -102,16 +94,11 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = _CODES.get(exc.status, "internal" if exc.status >= 500 else "bad-request")
         message = f"{request.method} {request.path}: {exc.reason}"
         if exc.status == 404:
             message += f"; this listener serves only GET {PATH}"
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        return web.json_response(
-            {"error": {"status": exc.status, "code": code, "message": message}},
-            status=exc.status,
-            headers=headers,
-        )
+        return json_error(exc.status, message, headers)
 
 
 __all__ = [
