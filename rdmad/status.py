@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from rdmad.model import Action, ObjectDetail, ObjectState, ObjectStatus
+from rdmad.model import Action, ObjectDetail, ObjectState, ObjectStatus, PauseObserved
 
 log = structlog.get_logger("rdmad.status")
 
@@ -123,6 +123,7 @@ class StatusSnapshot:
     pending_actions: tuple[str, ...] = ()  # what a dry run would do / what is still to do
     config_ok: bool = True  # a valid config was loaded at least once
     answered: int = 0  # triggers answered by the passes so far (TriggerQueue.put's count)
+    pause: PauseObserved | None = None  # a guarded stop in progress: rdmad stands back
 
     def count(self, state: ObjectState) -> int:
         return sum(1 for o in self.objects if o.state is state)

@@ -234,6 +234,7 @@ class Reporter:
                 pending_actions=tuple(
                     f"[{a.obj}] {a.describe()}" for a in actions if a.changes_kernel
                 ),
+                pause=observed.pause if observed is not None else self.status.current.pause,
             )
         )
 

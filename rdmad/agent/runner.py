@@ -74,6 +74,8 @@ class PassRunner:
             self.observing_since = None
         self._succeeded("observe")
         memory.forget_vanished_rxe(observed)
+        if not batch.plan_only:
+            timers.arm_pause_end(observed.pause.until if observed.pause else None)
 
         try:
             actions = self.planner(memory.desired, observed, memory.plan_state())

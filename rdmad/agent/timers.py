@@ -81,6 +81,19 @@ class Timers:
         if live:
             self.arm("expect", min(live), self._trigger("deadline", "waited for the kernel"))
 
+    def arm_pause_end(self, until_wall: float | None) -> None:
+        """A pass when a guarded stop's pause runs out (``None``: no pause in force).
+
+        The pause ends earlier when its modules are loaded again; their udev events
+        start that pass. This timer is for a stop that never brings the stack back.
+        """
+        if until_wall is None:
+            self.cancel("pause")
+            return
+        clock = self.shared.clock
+        when = clock.monotonic() + max(0.0, until_wall - clock.wall()) + 0.05
+        self.arm("pause", when, self._trigger("pause", "the guarded stop's pause ran out"))
+
     # --- start-up and watchdog ---------------------------------------------------------------
 
     def arm_startup(self, on_deadline: Callable[[], None]) -> None:

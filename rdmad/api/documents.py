@@ -102,6 +102,16 @@ def _status_head(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
             "config_errors": list(snap.config_errors),
             "config_files": list(snap.config_files),
             "notes": [*snap.notes, *facts.api_notes],
+            "pause": None
+            if snap.pause is None
+            else {
+                "by": snap.pause.by,
+                "reason": snap.pause.reason,
+                "since": snap.pause.since,
+                "until": snap.pause.until,
+                "modules": list(snap.pause.modules),
+                "describe": snap.pause.describe(),
+            },
         },
         "counts": counts(snap),
     }

@@ -17,9 +17,12 @@ from aiohttp import web
 
 from rdmad import config
 from rdmad.api import documents as docs
+from rdmad.api.auth import PEER
 from rdmad.api.errors import ApiError
 from rdmad.api.events import EventStreams
 from rdmad.api.waiting import Closed, Waiters
+from rdmad.kernel.pause import MAX_PAUSE, clear_pause, write_pause
+from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Observed
 from rdmad.snapshot import header_for, settings_unknown, snapshot
 from rdmad.status import StatusSnapshot, StatusView
@@ -51,6 +54,7 @@ class Routes:
     request_timeout: float = 5.0
     api_notes: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
+    pause_root: str = "/"  # where run/rdmad/pause.json lives (a tree in tests)
     _snapshot_busy: bool = field(default=False, init=False)
     # The last /v1/status body and what it was made from: snapshots are immutable, so
     # readers between two passes (a fleet's scrapes, `watch`) share one rendering.
@@ -68,6 +72,8 @@ class Routes:
         app.router.add_get("/v1/config", self.config)
         app.router.add_post("/v1/reload", self.reload)
         app.router.add_post("/v1/reconcile", self.reconcile)
+        app.router.add_post("/v1/pause", self.pause)
+        app.router.add_delete("/v1/pause", self.resume)
         app.router.add_get("/v1/snapshot", self.snapshot)
         app.router.add_get("/v1/events", self.stream)
         app.router.add_get("/v1/metrics", self.metrics_text)
@@ -187,8 +193,43 @@ class Routes:
     async def reconcile(self, request: web.Request) -> web.Response:
         return await self._mutation(request, Trigger("api", "reconcile"))
 
-    async def _mutation(self, request: web.Request, trigger: Trigger) -> web.Response:
-        await self._check_body(request)
+    async def pause(self, request: web.Request) -> web.Response:
+        """Stand back (no module loads, no rxe creation) for ``seconds``, e.g. around a
+        manual stack maintenance; ends early when the RDMA core is loaded again."""
+        body = await self._check_body(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, 'the body must be a JSON object: {"seconds": N, "reason": "..."}')
+        seconds, reason = body.get("seconds"), body.get("reason", "rdmad-ctl pause")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ApiError(400, "seconds: a number of seconds is required")
+        if not 1 <= seconds <= MAX_PAUSE:
+            raise ApiError(400, f"seconds: must be between 1 and {MAX_PAUSE:g}")
+        if not isinstance(reason, str) or not 0 < len(reason) <= 200:
+            raise ApiError(400, "reason: a text of 1 to 200 characters")
+        peer = request.get(PEER)
+        who = f"rdmad-ctl pause (uid {peer.uid}, pid {peer.pid})" if peer else "the API"
+        try:
+            write_pause(
+                Sysfs(self.pause_root),
+                by=who,
+                reason=reason,
+                seconds=float(seconds),
+                modules=["ib_core"],
+                now=time.time(),
+            )
+        except OSError as exc:
+            raise ApiError(500, f"the pause could not be written: {exc}") from None
+        return await self._mutation(request, Trigger("api", "pause"), checked=True)
+
+    async def resume(self, request: web.Request) -> web.Response:
+        clear_pause(Sysfs(self.pause_root))
+        return await self._mutation(request, Trigger("api", "resume"))
+
+    async def _mutation(
+        self, request: web.Request, trigger: Trigger, *, checked: bool = False
+    ) -> web.Response:
+        if not checked:
+            await self._check_body(request)
         try:
             wait = docs.wait_seconds(request.query, MUTATION_WAIT, MUTATION_WAIT_MAX)
         except docs.BadQuery as exc:
@@ -210,8 +251,8 @@ class Routes:
         }
         return _json(doc, status=200 if answered else 202)
 
-    async def _check_body(self, request: web.Request) -> None:
-        """Empty or JSON, at most 64 KiB, arriving within the request time limit."""
+    async def _check_body(self, request: web.Request) -> Any:
+        """Empty (None) or JSON (parsed), at most 64 KiB, arriving within the time limit."""
         if request.content_length is not None and request.content_length > MAX_BODY:
             size = request.content_length
             raise ApiError(413, f"request body too large ({size} bytes; limit 64 KiB)")
@@ -222,11 +263,12 @@ class Routes:
             raise ApiError(
                 408, f"the request body did not arrive within {self.request_timeout:g} s"
             ) from None
-        if body.strip():
-            try:
-                json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise ApiError(400, f"the body is not JSON: {exc}") from None
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the body is not JSON: {exc}") from None
 
     async def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
         try:

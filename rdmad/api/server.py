@@ -52,7 +52,9 @@ class ApiServer:
         request_timeout: float = REQUEST_TIMEOUT,
         keepalive: float = KEEPALIVE_SECONDS,  # seconds between ": keepalive" on event streams
         metrics: Metrics | None = None,  # the daemon's one Metrics; None: the server makes its own
+        pause_root: str = "/",  # where run/rdmad/pause.json is written (a tree in tests)
     ) -> None:
+        self.pause_root = pause_root
         self.store = store
         self.queue = queue
         self.config_location = config_location
@@ -98,6 +100,7 @@ class ApiServer:
                 self.observe,
                 request_timeout=self.request_timeout,
                 api_notes=self.notes,
+                pause_root=self.pause_root,
             )
             self._attach_metrics(routes)
             self.routes = routes

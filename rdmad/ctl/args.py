@@ -114,6 +114,35 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the effective config, each value with the file and key it came from",
         "examples:\n  rdmad-ctl config\n  rdmad-ctl config --json",
     ),
+    "guard": (
+        "may a PF driver (or rdma_rxe) be unloaded now? (exit 0 yes, 1 no)",
+        "examples:\n  rdmad-ctl guard check igb\n  rdmad-ctl guard check 0000:3b:00.0 --json\n\n"
+        "Decides from the kernel directly, like the modprobe.d hook rdmad installs for\n"
+        "PFs with driver_guard = true (`modprobe -r DRIVER` runs this check first and\n"
+        "fails when it refuses); works with the daemon down and changes nothing. A\n"
+        "module or driver name checks every VF of every PF bound to it; a PCI address\n"
+        "checks that PF's VFs (or that VF). In use: a process holds its vfio group or\n"
+        "iommufd device, a libvirt domain lists it, its netdev is in another network\n"
+        "namespace, an RDMA device or rxe link on it has users. Unknown counts as in\n"
+        "use. Each refusal names the holder and what to do. --force (or\n"
+        "RDMAD_GUARD_FORCE=1 in the environment of `modprobe -r`) allows it anyway and\n"
+        "is logged to the journal with the caller. Not guarded: `rmmod`, a direct\n"
+        "sysfs unbind, a kernel crash.",
+    ),
+    "pause": (
+        "stand back: load no module and create no rxe link for a while",
+        "examples:\n  rdmad-ctl pause --for 600 --reason 'MOFED upgrade'\n  rdmad-ctl resume\n\n"
+        "For a deliberate stop of the RDMA stack by hand: rdmad would otherwise load\n"
+        "rdma_rxe (and so hold ib_core) the moment it disappears. The pause ends at\n"
+        "--for seconds (at most 3600), when ib_core is loaded again, or at `rdmad-ctl\n"
+        "resume`; then rdmad restores everything. `modprobe -r` of a guarded module\n"
+        "and `systemctl stop openibd` pause rdmad by themselves. `status` shows the\n"
+        "pause and who asked for it.",
+    ),
+    "resume": (
+        "end a pause now (rdmad restores what the pause held back)",
+        "examples:\n  rdmad-ctl resume",
+    ),
 }
 
 
@@ -205,6 +234,22 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument(
             "-o", "--output", metavar="FILE", help="write the TOML to FILE (atomically)"
         )
+    elif name == "guard":
+        cmd.add_argument("action", choices=["check"], help="check: decide, change nothing")
+        cmd.add_argument(
+            "target", help="module or driver (igb, mlx5_core, rdma_rxe) or PCI address"
+        )
+        cmd.add_argument("--force", action="store_true", help="allow even when in use (logged)")
+    elif name == "pause":
+        cmd.add_argument(
+            "--for",
+            dest="seconds",
+            type=seconds,
+            default=600.0,
+            metavar="S",
+            help="at most S seconds (1..3600, default 600)",
+        )
+        cmd.add_argument("--reason", default="rdmad-ctl pause", help="shown in status")
 
 
 def _common(p: argparse.ArgumentParser, env_socket: str, suppress: bool) -> None:

@@ -115,10 +115,18 @@ class Client:
     def get(self, target: str, query: dict[str, object] | None = None) -> Any:
         return self._json("GET", target, query, self.timeout)
 
-    def post(self, target: str, query: dict[str, object] | None = None, wait: float = 0.0) -> Any:
-        """POST with an empty body; ``wait`` is how long the server may take beyond
-        the usual timeout (reload/reconcile wait for their pass)."""
-        return self._json("POST", target, query, self.timeout + wait)
+    def post(
+        self,
+        target: str,
+        query: dict[str, object] | None = None,
+        wait: float = 0.0,
+        body: dict[str, object] | None = None,
+        method: str = "POST",
+    ) -> Any:
+        """POST (or ``method``) with ``body`` as JSON, or empty; ``wait`` is how long the
+        server may take beyond the usual timeout (reload/reconcile wait for their pass)."""
+        data = json.dumps(body).encode() if body is not None else b""
+        return self._json(method, target, query, self.timeout + wait, data)
 
     def events(self, idle_timeout: float) -> Iterator[tuple[str, str]]:
         """(event, data) of ``/v1/events`` until the server closes the stream.
@@ -136,9 +144,14 @@ class Client:
             sock.close()
 
     def _json(
-        self, method: str, target: str, query: dict[str, object] | None, timeout: float
+        self,
+        method: str,
+        target: str,
+        query: dict[str, object] | None,
+        timeout: float,
+        body: bytes = b"",
     ) -> Any:
-        sock, resp = self._open(method, target, query, timeout, "application/json")
+        sock, resp = self._open(method, target, query, timeout, "application/json", body)
         try:
             body = _read_body(resp, timeout)
         finally:
@@ -159,6 +172,7 @@ class Client:
         query: dict[str, object] | None,
         timeout: float,
         accept: str,
+        body: bytes = b"",
     ) -> tuple[socket.socket, Response]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -168,10 +182,12 @@ class Client:
             request = (
                 f"{method} {url} HTTP/1.1\r\nHost: rdmad\r\n"
                 f"User-Agent: rdmad-ctl/{__version__}\r\nAccept: {accept}\r\n"
-                "Connection: close\r\nContent-Length: 0\r\n\r\n"
+                f"Connection: close\r\nContent-Length: {len(body)}\r\n"
+                + ("Content-Type: application/json\r\n" if body else "")
+                + "\r\n"
             )
             try:
-                sock.sendall(request.encode())
+                sock.sendall(request.encode() + body)
                 reader = sock.makefile("rb")
                 resp = _read_head(reader)
             except TimeoutError:

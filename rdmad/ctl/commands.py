@@ -257,6 +257,38 @@ def config(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     return exits.OK if doc.get("ok", True) is True and not doc.get("errors") else exits.FAIL
 
 
+def guard(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    """The guard's own check (it needs no daemon): its exit code is the answer."""
+    from rdmad.guard.cli import main as guard_main
+
+    ctx.out.flush()
+    argv = [args.action, args.target] + ["--json"] * args.json + ["--force"] * args.force
+    return guard_main(argv)
+
+
+def pause(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    body: dict[str, object] = {"seconds": args.seconds, "reason": args.reason}
+    doc = _doc(client.post("/v1/pause", {"wait": "10"}, wait=10.0, body=body), "/v1/pause")
+    return _paused(args, ctx, client, doc, "pause")
+
+
+def resume(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    doc = _doc(client.post("/v1/pause", {"wait": "10"}, wait=10.0, method="DELETE"), "/v1/pause")
+    return _paused(args, ctx, client, doc, "resume")
+
+
+def _paused(args: argparse.Namespace, ctx: Ctx, client: Client, doc: Any, what: str) -> int:
+    status = _doc(client.get("/v1/status"), "/v1/status", "daemon")
+    pause_doc = status["daemon"].get("pause")
+    if args.json:
+        ctx.json({**doc, "pause": pause_doc})
+    elif pause_doc:
+        ctx.print([f"{what}: {pause_doc.get('describe')}"])
+    else:
+        ctx.print([f"{what}: not paused; rdmad restores what was held back"])
+    return exits.OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "status": status,
     "plan": plan,
@@ -266,6 +298,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "reconcile": reconcile,
     "snapshot": snapshot,
     "config": config,
+    "guard": guard,
+    "pause": pause,
+    "resume": resume,
 }
 
 

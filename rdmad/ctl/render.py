@@ -165,6 +165,12 @@ def status_lines(
     )
     daemon = doc.get("daemon") or {}
     lines += _config_lines(daemon)
+    pause = daemon.get("pause")
+    if pause:
+        lines.append(
+            f"PAUSED, no module loads and no rxe links: {pause.get('describe', '')}; "
+            f"ends {ago(pause.get('until'), now)} at the latest"
+        )
     if objects:
         rows = [["STATE", "OBJECT", "OBSERVED", "REASON"]]
         rows += [
@@ -226,8 +232,11 @@ def observed_summary(obj: dict[str, Any]) -> str:
             return "PF absent" if not observed.get("pci") else "VFs unknown"
         want = desired.get("numvfs")
         if want is None or want == have:
-            return f"{have}/{have} VFs" if want is not None else f"{have} VFs"
-        return f"{have} VFs, want {want}"
+            words = f"{have}/{have} VFs" if want is not None else f"{have} VFs"
+        else:
+            words = f"{have} VFs, want {want}"
+        guard = observed.get("guard")
+        return f"{words}, guard {guard.split(' (')[0]}" if guard else words
     if obj.get("kind") == "rxe":
         if not observed.get("name"):
             return "absent"

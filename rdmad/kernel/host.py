@@ -21,7 +21,9 @@ from typing import Protocol
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
+from rdmad.kernel.guardhook import guard_command, write_hook
 from rdmad.kernel.observe import observe
+from rdmad.kernel.pause import read_pause
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
 from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
@@ -163,6 +165,7 @@ class KernelHost:
             rdma_links,
             rdma_netlink=rdma_netlink,
             no_netlink_reason=reason,
+            now=self.clock.wall(),
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)
@@ -216,6 +219,10 @@ class KernelHost:
             links = await self._fresh_rdma_links() if destructive else []
             for w in destructive:
                 recheck(w, self.sysfs, links)
+            if any(w.brings_back for w in planned):
+                pause = read_pause(self.sysfs, self.clock.wall())
+                if pause is not None:  # began after the plan was made
+                    raise StaleAction(f"a guarded stop began: {pause.describe()}")
         except StaleAction as exc:
             log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), exc)
             return ApplyResult(action, Outcome.STALE, (), f"stale: {exc}")
@@ -304,6 +311,13 @@ class KernelHost:
         elif op is Op.RXE_DEL:
             rdma = self._rdma_or_raise(f"delete RDMA link {w.path}")
             await rdma.delete_link(w.path)
+        elif op is Op.GUARD_HOOK:
+            try:
+                write_hook(self.sysfs, w.value.split(), guard_command())
+            except OSError as exc:
+                raise KernelError(
+                    "write the guard hook", f"/{w.path}", exc.errno, exc.strerror or ""
+                ) from None
         return None
 
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:

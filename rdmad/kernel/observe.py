@@ -13,21 +13,24 @@ rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from rdmad.kernel.guardhook import driver_module, observe_hook
 from rdmad.kernel.modules import Modules
+from rdmad.kernel.pause import read_pause
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.usage import (
     Libvirt,
     Namespaces,
     OpenFiles,
-    rdma_device_usage,
     rdma_link_usage,
+    rdma_links_from_sysfs,
     vf_usage,
 )
-from rdmad.model import (
+from rdmad.model.observed import (
     IbVfSettings,
     ModulesObserved,
     NetdevObserved,
@@ -45,6 +48,7 @@ def observe(
     *,
     rdma_netlink: bool = True,
     no_netlink_reason: str = "netlink was not read",
+    now: float | None = None,
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
@@ -61,7 +65,7 @@ def observe(
         notes.append(f"open files of {len(files.unreadable)} processes could not be read")
     # RDMA links first: a VF is busy while an RDMA link sits on its netdev.
     if rdma is None:
-        rdma_links = _rdma_from_sysfs(sysfs, files)
+        rdma_links = rdma_links_from_sysfs(sysfs, files)
     else:
         rdma_links = tuple(
             replace(
@@ -97,6 +101,8 @@ def observe(
         modules=modules,
         rdma_netlink=rdma_netlink,
         notes=tuple(notes),
+        guard_hook=observe_hook(sysfs),
+        pause=read_pause(sysfs, time.time() if now is None else now),
     )
 
 
@@ -197,24 +203,5 @@ def _pf(
         vfs=tuple(vfs),
         settings_note=settings_note,
         ib_device=ib_device,
+        driver_module=driver_module(sysfs, sysfs.device_dir(pci)) if fn.driver else None,
     )
-
-
-def _rdma_from_sysfs(sysfs: Sysfs, files: OpenFiles) -> tuple[RdmaLinkObserved, ...]:
-    out = []
-    for dev in sysfs.ib_devices():
-        ndevs = sysfs.ib_port_netdevs(dev)
-        parent = sysfs.ib_attr(dev, "parent")
-        netdev = parent or (ndevs[0] if ndevs else None)
-        out.append(
-            RdmaLinkObserved(
-                name=dev,
-                driver=sysfs.ib_driver(dev),
-                netdev=netdev,
-                netdev_ifindex=sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
-                if netdev
-                else None,
-                usage=rdma_device_usage(sysfs, files, dev),
-            )
-        )
-    return tuple(out)

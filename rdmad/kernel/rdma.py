@@ -55,7 +55,7 @@ from rdmad.kernel.rdma_codec import (
 )
 from rdmad.kernel.rdma_usage import device_usage, usage_of
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import RdmaLinkObserved, Usage
+from rdmad.model.observed import RdmaLinkObserved, Usage
 
 _ADD_HINTS = {
     errno.EEXIST: "an RDMA device of that name exists, or the netdev already has an rxe link",

@@ -35,7 +35,7 @@ from typing import Protocol
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
+from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
 PASSTHROUGH_DRIVERS = frozenset({"vfio-pci", "pci-stub"})
@@ -320,6 +320,26 @@ def vf_usage(
 
 def _held(holders: list[str]) -> Usage:
     return Usage(Use.IN_USE, tuple(holders)) if holders else FREE
+
+
+def rdma_links_from_sysfs(sysfs: Sysfs, files: OpenFiles) -> tuple[RdmaLinkObserved, ...]:
+    out = []
+    for dev in sysfs.ib_devices():
+        ndevs = sysfs.ib_port_netdevs(dev)
+        parent = sysfs.ib_attr(dev, "parent")
+        netdev = parent or (ndevs[0] if ndevs else None)
+        out.append(
+            RdmaLinkObserved(
+                name=dev,
+                driver=sysfs.ib_driver(dev),
+                netdev=netdev,
+                netdev_ifindex=sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
+                if netdev
+                else None,
+                usage=rdma_device_usage(sysfs, files, dev),
+            )
+        )
+    return tuple(out)
 
 
 # --- a fresh look right before a destructive write ---------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from rdmad.kernel.guardhook import HOOK_FILE
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import (
     NO_DRIVER,
@@ -25,6 +26,7 @@ from rdmad.model import (
     SetLinkUp,
     SetNumVfs,
     SetVfSettings,
+    SyncGuardHook,
 )
 
 Change = tuple[str, object, object]  # (target, old, new) of one change
@@ -42,6 +44,7 @@ class Op(enum.Enum):
     VF_SETTINGS = "vf-settings"  # one batched RTM_SETLINK, one change per VF attribute
     RXE_ADD = "rxe-add"
     RXE_DEL = "rxe-del"
+    GUARD_HOOK = "guard-hook"  # write (or remove) the modprobe.d guard file, atomically
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,11 @@ class PlannedWrite:
     value: str = ""
     destructive: bool = False  # destroys or detaches something: re-checked before it runs
     needs_previous: bool = False  # runs only if every earlier write of the action succeeded
+
+    @property
+    def brings_back(self) -> bool:
+        """Loads a module or creates an rxe link: never while a guarded stop is in progress."""
+        return self.op in (Op.MODPROBE, Op.RXE_ADD)
 
 
 def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
@@ -74,6 +82,13 @@ def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
         return _bind(action)
     if isinstance(action, LoadModule):
         return [_modprobe(action.module)]
+    if isinstance(action, SyncGuardHook):
+        change = (
+            f"/{HOOK_FILE}",
+            ", ".join(action.old) or None,
+            ", ".join(action.modules) or None,
+        )
+        return [PlannedWrite(Op.GUARD_HOOK, (change,), HOOK_FILE, " ".join(action.modules))]
     if isinstance(action, AddRxe):
         change = (f"rdma link {action.name}", None, f"rxe on {action.netdev}")
         return [PlannedWrite(Op.RXE_ADD, (change,), action.name, action.netdev)]

@@ -115,6 +115,20 @@ class LoadModule(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SyncGuardHook(Action):
+    """Make rdmad's modprobe.d guard file guard exactly ``modules`` (none: remove it)."""
+
+    modules: tuple[str, ...] = ()
+    old: tuple[str, ...] = ()
+    kind: ClassVar[str] = "sync-guard-hook"
+
+    def describe(self) -> str:
+        if not self.modules:
+            return "remove the modprobe.d guard hook"
+        return f"guard `modprobe -r` of {', '.join(self.modules)} (modprobe.d hook)"
+
+
+@dataclass(frozen=True, slots=True)
 class AddRxe(Action):
     name: str = ""
     netdev: str = ""

@@ -93,6 +93,9 @@ class PfObserved:
     # Why VF settings are None, when they are (truncated list, netlink not read...).
     settings_note: str | None = None
     ib_device: str | None = None
+    # The kernel module behind ``driver`` (what `modprobe -r` names); None when the PF is
+    # unbound or its driver is built in (nothing can unload it, nothing to guard).
+    driver_module: str | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:
@@ -133,6 +136,34 @@ class ModulesObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class GuardHookObserved:
+    """rdmad's modprobe.d guard file: which modules it guards, and whether its text is
+    what this rdmad would write (False: another version's command, or edited by hand)."""
+
+    modules: frozenset[str] = frozenset()
+    current: bool = True
+    present: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseObserved:
+    """A guarded stop in progress: rdmad loads no module and creates no rxe link until
+    ``until`` (UNIX time) or until one of ``modules`` is loaded again."""
+
+    by: str  # who asked: "modprobe -r igb (pid 812, uid 0)", "rdmad-ctl pause (uid 0)"
+    reason: str
+    since: float
+    until: float
+    modules: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        back = f" or until {' or '.join(self.modules)} is loaded again" if self.modules else ""
+        return (
+            f"paused by {self.by} ({self.reason}) for at most {self.until - self.since:.0f} s{back}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Observed:
     netdevs: tuple[NetdevObserved, ...] = ()
     pfs: tuple[PfObserved, ...] = ()  # every SR-IOV capable PCI function
@@ -141,6 +172,9 @@ class Observed:
     # False only when the kernel is known to have no NETLINK_RDMA: rxe can never work there.
     rdma_netlink: bool = True
     notes: tuple[str, ...] = ()  # what could not be read, in words
+    # None: the hook file was not looked at (a hand-built snapshot): nothing is planned for it.
+    guard_hook: GuardHookObserved | None = None
+    pause: PauseObserved | None = None  # only while in force
 
     def netdev(self, name: str) -> NetdevObserved | None:
         for n in self.netdevs:

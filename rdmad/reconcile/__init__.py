@@ -20,11 +20,15 @@ Rules, each with a test in tests/unit/test_reconcile.py:
 * A VF is re-bound (driver change, new IB GUIDs) only when it is free.
 * rxe links are created as soon as their netdev exists: the kernel accepts a
   netdev that is down and the port turns ACTIVE when it comes up.
+* The modprobe.d guard hook guards the drivers of PFs with ``driver_guard`` (and
+  rdma_rxe when rxe links are declared); while a guarded stop is in progress nothing
+  loads a module or creates an rxe link (``guard.py``).
 """
 
 from __future__ import annotations
 
 from rdmad.model import Action, Desired, Observed, PlanState
+from rdmad.reconcile.guard import plan_guard, stand_back
 from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
 from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
 
@@ -35,7 +39,8 @@ def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]
     for spec in desired.sriov:
         actions.extend(plan_sriov(spec, observed, state, claimed))
     actions.extend(plan_rxe(desired, observed, state))
-    return actions
+    actions.extend(plan_guard(desired, observed))
+    return stand_back(actions, observed)
 
 
 def declared_objects(desired: Desired) -> list[str]:

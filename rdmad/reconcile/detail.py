@@ -201,10 +201,27 @@ def _sriov(spec: SriovSpec, observed: Observed, actions: Iterable[Action]) -> Ob
             "numvfs": pf.numvfs,
             "totalvfs": pf.totalvfs,
             "up": pf.operstate_up,
+            "guard": guard_state(spec, pf, observed),
         },
         attributes=(numvfs,),
         vfs=vfs,
     )
+
+
+def guard_state(spec: SriovSpec, pf: PfObserved, observed: Observed) -> str:
+    """Whether `modprobe -r` of this PF's driver asks the guard first, in a few words."""
+    hook = observed.guard_hook
+    if not spec.driver_guard:
+        return "off (driver_guard = false)"
+    if hook is None:
+        return "unknown (the hook file was not read)"
+    if pf.driver is None:
+        return "waiting for the PF's driver"
+    if pf.driver_module is None:
+        return f"not needed ({pf.driver} is built in: it cannot be unloaded)"
+    if pf.driver_module in hook.modules and hook.current:
+        return f"installed (modprobe -r {pf.driver_module} asks the guard)"
+    return f"not installed yet for {pf.driver_module}"
 
 
 def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrStatus:

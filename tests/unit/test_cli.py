@@ -81,7 +81,10 @@ def test_plan_json_is_what_the_text_says(
         "rxe rxe0": "pending",
     }
     kinds = [a["kind"] for a in data["actions"]]
-    assert kinds == ["set-ib-vf", "blocked", "bind-vf", "set-numvfs", "add-rxe"]
+    assert kinds == ["set-ib-vf", "blocked", "bind-vf", "set-numvfs", "add-rxe", "sync-guard-hook"]
+    # The fake tree's PFs have no driver/module link (built in, as far as it shows): only
+    # rdma_rxe gets a hook, for the declared rxe link.
+    assert data["actions"][-1]["what"] == "guard `modprobe -r` of rdma_rxe (modprobe.d hook)"
 
 
 def test_plan_with_bad_config_changes_nothing(

@@ -1,0 +1,104 @@
+"""rdmad's modprobe.d file: `modprobe -r` of a guarded module asks the guard first.
+
+    remove igb /usr/lib/rdmad/bin/python3 -I -m rdmad.guard hook igb \
+        && exec /sbin/modprobe -r --ignore-remove igb        (one line in the file)
+
+modprobe runs a ``remove`` command instead of unloading the module itself; a command
+that fails makes `modprobe -r` fail ("Error running remove command for igb") and
+nothing is unloaded. ``--ignore-remove`` keeps the inner modprobe from running the
+same command again. The guard needs no daemon: it decides from the kernel directly.
+
+The command is the interpreter rdmad itself runs under (``sys.executable``): in the
+package it is the private venv's, and a path that names it needs no $PATH, which
+modprobe's callers do not always have. ``-I`` keeps the caller's environment
+(PYTHONPATH, user site) out of a root process. What cannot be guarded this way
+(`rmmod`, a sysfs unbind) is said in the README.
+
+Standard library only (the guard reads this file to know what a stack stop checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import sys
+import tempfile
+
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.model.observed import GuardHookObserved
+
+HOOK_FILE = "etc/modprobe.d/rdmad-guard.conf"
+MODPROBE = "/sbin/modprobe"
+HEADER = (
+    "# Written by rdmad from [[sriov]] driver_guard and [[rxe]]; rewritten on every change\n"
+    "# of the config and removed when nothing is guarded. Do not edit: `modprobe -r` of each\n"
+    "# module below first asks rdmad's guard whether something still uses it.\n"
+)
+_MODULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_REMOVE = re.compile(r"^remove\s+(\S+)\s")
+
+
+def guard_command() -> str:
+    """The shell words that run the guard, for the interpreter running this process."""
+    return f"{shlex.quote(sys.executable)} -I -m rdmad.guard"
+
+
+def render(modules: list[str] | tuple[str, ...], command: str) -> str:
+    lines = [HEADER]
+    for module in sorted(set(modules)):
+        if not _MODULE.match(module):
+            raise ValueError(f"not a module name: {module!r}")
+        lines.append(
+            f"remove {module} {command} hook {module} && "
+            f"exec {MODPROBE} -r --ignore-remove {module}\n"
+        )
+    return "".join(lines)
+
+
+def guarded_modules(text: str) -> frozenset[str]:
+    """The modules a hook file's ``remove`` lines name."""
+    return frozenset(
+        m.group(1).replace("-", "_") for m in map(_REMOVE.match, text.splitlines()) if m
+    )
+
+
+def observe_hook(sysfs: Sysfs, command: str | None = None) -> GuardHookObserved:
+    text = sysfs.read(HOOK_FILE)
+    if text is None:
+        return GuardHookObserved()
+    modules = guarded_modules(text)
+    try:
+        current = text == render(sorted(modules), command or guard_command()).strip()
+    except ValueError:
+        current = False
+    return GuardHookObserved(modules=modules, current=current, present=True)
+
+
+def write_hook(sysfs: Sysfs, modules: list[str] | tuple[str, ...], command: str) -> None:
+    """Write the hook atomically (a reader sees the old file or the new); none: remove it."""
+    path = sysfs.path(HOOK_FILE)
+    if not modules:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    text = render(modules, command)
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rdmad-guard.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # the temp name does not end in .conf: modprobe ignores it
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def driver_module(sysfs: Sysfs, device_dir: str) -> str | None:
+    """The module behind a device's driver; None when unbound or built in."""
+    return sysfs.link_name(f"{device_dir}/driver/module")

@@ -1,0 +1,82 @@
+"""The driver guard's hook and the pause, as plan rules (pure).
+
+* ``plan_guard``: rdmad's modprobe.d hook guards the module of every PF declared with
+  ``driver_guard = true`` (the default) and, when rxe links are declared, ``rdma_rxe``
+  (refused while a link has users; an allowed unload makes rdmad stand back). A guarded
+  PF whose driver cannot be seen now (unloaded, the PF absent) keeps what the file
+  guards: unknown never drops a guard. A built-in driver cannot be unloaded: nothing
+  to guard. No declared guard: the file is removed.
+* ``stand_back``: while a guarded stop is in progress (``Observed.pause``) every action
+  that would load a module or create an rxe link waits instead, saying who paused;
+  everything else (VF counts and settings, stale-link cleanup) goes on.
+"""
+
+from __future__ import annotations
+
+from rdmad.model import (
+    Action,
+    AddRxe,
+    BindVfDriver,
+    Desired,
+    LoadModule,
+    Observed,
+    PfObserved,
+    SyncGuardHook,
+    Waiting,
+)
+from rdmad.reconcile.rxe import RXE_MODULE
+from rdmad.reconcile.sriov import find_pf
+
+GUARD_OBJ = "guard"
+
+
+def guarded_modules(desired: Desired, observed: Observed) -> tuple[frozenset[str], bool]:
+    """(modules the hook must guard, whether a guarded PF's driver is unknown now)."""
+    want: set[str] = set()
+    unknown = False
+    for spec in desired.sriov:
+        if not spec.driver_guard:
+            continue
+        pf = find_pf(spec.pf, observed)
+        if not isinstance(pf, PfObserved) or pf.driver is None:
+            unknown = True
+        elif pf.driver_module is not None:
+            want.add(pf.driver_module)
+    if desired.rxe:
+        want.add(RXE_MODULE)
+    return frozenset(want), unknown
+
+
+def plan_guard(desired: Desired, observed: Observed) -> list[Action]:
+    hook = observed.guard_hook
+    if hook is None:
+        return []
+    want, unknown = guarded_modules(desired, observed)
+    if unknown:
+        want |= hook.modules
+    if want == hook.modules and (hook.current or not hook.present):
+        return []
+    if not want and not hook.present:
+        return []
+    if want:
+        reason = f"`modprobe -r {' / '.join(sorted(want))}` must ask the guard first"
+    else:
+        reason = "no PF is declared with driver_guard and no rxe link: nothing to guard"
+    return [
+        SyncGuardHook(
+            GUARD_OBJ, reason, modules=tuple(sorted(want)), old=tuple(sorted(hook.modules))
+        )
+    ]
+
+
+def stand_back(actions: list[Action], observed: Observed) -> list[Action]:
+    pause = observed.pause
+    if pause is None:
+        return actions
+    out: list[Action] = []
+    for a in actions:
+        if isinstance(a, LoadModule | AddRxe) or (isinstance(a, BindVfDriver) and a.load_module):
+            out.append(Waiting(a.obj, f"{a.describe()}: held back, {pause.describe()}"))
+        else:
+            out.append(a)
+    return out
