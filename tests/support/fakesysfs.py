@@ -82,6 +82,14 @@ class FakeSysfs:
     def bind(self, bdf: str, driver: str) -> None:
         self.driver(driver)
         self.link(f"{DEV}/{bdf}/driver", f"../../../bus/pci/drivers/{driver}")
+        self.link(f"sys/bus/pci/drivers/{driver}/{bdf}", f"../../../../devices/pci0000:00/{bdf}")
+
+    def driver_module(self, driver: str, module: str) -> None:
+        """A loadable module behind a PCI driver: drivers/DRV/module and module/MOD/drivers."""
+        self.driver(driver)
+        self.module(module)
+        self.link(f"sys/bus/pci/drivers/{driver}/module", f"../../../../module/{module}")
+        self.link(f"sys/module/{module}/drivers/pci:{driver}", f"../../../bus/pci/drivers/{driver}")
 
     def pf(self, bdf: str, driver: str, totalvfs: int, numvfs: int = 0) -> None:
         self.pci(bdf, driver)

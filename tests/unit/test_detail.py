@@ -240,6 +240,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "numvfs": 4,
         "totalvfs": 8,
         "up": None,
+        "guard": "unknown (the hook file was not read)",
     }
     assert [v.vf for v in sr.vfs] == [0, 1, 2, 3]  # declared and present, once each
     vf0 = sr.vfs[0]
