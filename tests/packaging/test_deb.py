@@ -31,6 +31,7 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "lib/systemd/system/rdmad.service",
         "usr/lib/sysusers.d/rdmad.conf",
         "usr/share/rdmad/metrics-tcp.conf",
+        "lib/systemd/system/openibd.service.d/rdmad-guard.conf",
         "etc/rdmad/rdmad.toml",
         "usr/share/doc/rdmad/examples/rdmad.toml",
         "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
@@ -110,6 +111,11 @@ def test_deb_maintainer_scripts(deb_control: Path) -> None:
     assert re.search(r'\[ "\$1" = remove \].*\n\s*deb-systemd-invoke stop', prerm)
     postrm = (deb_control / "postrm").read_text()
     assert re.search(r'if \[ "\$1" = "purge" \]; then\n\s*rm -rf /var/lib/rdmad\n', postrm)
+    # The guard's hook names the removed interpreter: it goes on remove already.
+    assert re.search(
+        r'"\$1" = "remove" \] \|\| \[ "\$1" = "purge" \]; then\n\s*rm -f /etc/modprobe.d/rdmad-guard.conf',
+        postrm,
+    )
 
 
 def test_deb_is_lintian_clean(deb: Path) -> None:

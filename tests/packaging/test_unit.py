@@ -33,7 +33,7 @@ def test_unit_is_hardened_as_declared() -> None:
     s = _service(UNIT.read_text())
     assert s["ProtectSystem"] == ["strict"]
     assert s["ProtectKernelTunables"] == ["yes"]
-    assert s["ReadWritePaths"] == ["/sys/devices /sys/bus/pci"]
+    assert s["ReadWritePaths"] == ["/sys/devices /sys/bus/pci -/etc/modprobe.d"]
     assert s["NoNewPrivileges"] == ["yes"]
     assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_NETLINK"]
     assert s["SystemCallFilter"] == ["@system-service @module"]
