@@ -942,7 +942,8 @@ class Guest:
             "systemctl stop 'lab-*.service' 2>/dev/null; "
             # A test's rdmad would fight the next test's setup: stop it and forget it.
             "systemctl disable --now rdmad.service 2>/dev/null; "
-            "rm -rf /etc/rdmad /var/lib/rdmad /run/rdmad; "
+            # and its driver guard hook: the next test's `modprobe -r` is its own business
+            "rm -rf /etc/rdmad /var/lib/rdmad /run/rdmad /etc/modprobe.d/rdmad-guard.conf; "
             "for l in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys;"
             '[print(x["ifname"]) for x in json.load(sys.stdin)]\' 2>/dev/null); do '
             "rdma link delete $l; done; "

@@ -145,13 +145,15 @@ def test_virtio_rxe_recreated_by_event_and_after_module_reload(rdmad: Guest) -> 
     # How fast is bench/bench_rxe.py's business; here only that it came back by an event.
     print(f"rdma link delete -> rxe0 back in {seconds:.3f} s (cause {again['cause']!r})")
 
-    # openibd-style stack restart: rdma_rxe goes away with every link; rdmad loads it back.
-    seconds = timed(g, "modprobe -r rdma_rxe", "rxe0", timeout=60)
+    # rdma_rxe unloaded behind the guard's back (rmmod skips modprobe.d): every link goes
+    # with it and rdmad loads it back. (`modprobe -r` asks the guard, and rdmad stands
+    # back until the stack is back: tests/lab/test_guard_lab.py.)
+    seconds = timed(g, "rmmod rdma_rxe", "rxe0", timeout=60)
     wait_link(g, "rxe0", nic)
     assert g.module_loaded("rdma_rxe")
     third = wait_added(g, "rxe0", 3)
     assert "drift" not in third["cause"], third
-    print(f"modprobe -r rdma_rxe -> rxe0 back in {seconds:.3f} s (cause {third['cause']!r})")
+    print(f"rmmod rdma_rxe -> rxe0 back in {seconds:.3f} s (cause {third['cause']!r})")
     assert status_text(g).startswith("1 object(s), 1 converged"), status_text(g)
 
 
@@ -304,10 +306,13 @@ def test_rxe_on_igb_vf_survives_pf_driver_reload(rdmad: Guest) -> None:
     pf = g.igb_pf()
     vf0 = _vf_bdf(g, pf, 0)
     mac = "02:00:00:00:0b:00"
+    # driver_guard off: an rxe link on a VF makes the VF in use, and the guard would
+    # (rightly) refuse the `modprobe -r igb` this test is about.
     sriov = f"""
 [[sriov]]
 pf = {{ pci = "{pf}" }}
 numvfs = 2
+driver_guard = false
 [[sriov.vf]]
 index = 0
 mac = "{mac}"

@@ -112,10 +112,8 @@ def test_deb_maintainer_scripts(deb_control: Path) -> None:
     postrm = (deb_control / "postrm").read_text()
     assert re.search(r'if \[ "\$1" = "purge" \]; then\n\s*rm -rf /var/lib/rdmad\n', postrm)
     # The guard's hook names the removed interpreter: it goes on remove already.
-    assert re.search(
-        r'"\$1" = "remove" \] \|\| \[ "\$1" = "purge" \]; then\n\s*rm -f /etc/modprobe.d/rdmad-guard.conf',
-        postrm,
-    )
+    remove_or_purge = r'"\$1" = "remove" \] \|\| \[ "\$1" = "purge" \]; then\n'
+    assert re.search(remove_or_purge + r"\s*rm -f /etc/modprobe.d/rdmad-guard.conf", postrm)
 
 
 def test_deb_is_lintian_clean(deb: Path) -> None:
