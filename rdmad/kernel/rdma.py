@@ -11,6 +11,12 @@ exists (an RDMA device cannot exist without it), and the driver is asked for onl
 to sysfs (``/sys/class/infiniband/DEV/parent`` exists for rxe). ``add_link`` may load
 modules: it is a requested change, not an observation.
 
+The socket lives for one operation (``links``, ``add_link``, ``delete_link``, the probe in
+``available``) and is closed after it: a user NETLINK_RDMA socket holds a reference on
+ib_core (the module that registered the netlink family, ``netlink_create``'s
+``try_module_get``), so a socket kept open would make every `modprobe -r ib_core` (an
+openibd stop, a guarded stack stop) fail with "Module ib_core is in use".
+
 Other facts (kernel 6.1+): DELLINK wants the device index, not its name; only devices
 flagged IBK_ALLOW_USER_UNREG (rxe, siw) may be deleted, others answer EINVAL. A kernel
 without InfiniBand support answers EPROTONOSUPPORT to the socket.
@@ -105,6 +111,7 @@ class RdmaNetlink:
             return shipped
         try:
             self._nl.get_socket()
+            self._nl.close()  # a probe: the socket pins ib_core while open
         except OSError as exc:
             if exc.errno == errno.EPROTONOSUPPORT:
                 self.reason = "the kernel has no RDMA netlink (NETLINK_RDMA)"
@@ -150,6 +157,12 @@ class RdmaNetlink:
         ``usage`` is what the kernel's resource tracking shows beyond ib_core's own
         objects (see ``rdma_usage``); UNKNOWN with the reason when it cannot be read.
         """
+        try:
+            return await self._links()
+        finally:
+            self._nl.close()  # an open socket pins ib_core
+
+    async def _links(self) -> list[RdmaLinkObserved]:
         devices = await self.devices()
         if not devices:
             return []  # also: no socket while ib_core is not loaded
@@ -249,17 +262,21 @@ class RdmaNetlink:
             await self._request(CMD_NEWLINK, newlink_attrs(name, link_type, netdev))
         except (NetlinkFailure, OSError) as exc:
             raise _error(op, f"netdev {netdev}", exc, _ADD_HINTS) from None
+        finally:
+            self._nl.close()
 
     async def delete_link(self, name: str) -> None:
         """``rdma link delete NAME``: looks the device index up by name, then DELLINK."""
         op = f"delete RDMA link {name}"
-        index = next((i for i, n in await self.devices() if n == name), None)
-        if index is None:
-            raise KernelError(op, "", errno.ENODEV, "no RDMA device of that name")
         try:
+            index = next((i for i, n in await self.devices() if n == name), None)
+            if index is None:
+                raise KernelError(op, "", errno.ENODEV, "no RDMA device of that name")
             await self._request(CMD_DELLINK, [(ATTR_DEV_INDEX, index)])
         except (NetlinkFailure, OSError) as exc:
             raise _error(op, "", exc, _DEL_HINTS) from None
+        finally:
+            self._nl.close()
 
 
 @dataclass(frozen=True, slots=True)
