@@ -24,7 +24,7 @@ _rdmad_ctl() {
     fi
     local prev=""
     ((${#words[@]})) && prev=${words[${#words[@]} - 1]}
-    local commands="status plan history watch reload reconcile snapshot config"
+    local commands="status plan history watch reload reconcile snapshot config guard pause resume"
     local common="--json --socket --timeout --state-dir --help"
     COMPREPLY=()
 
@@ -32,7 +32,7 @@ _rdmad_ctl() {
     --socket | -o | --output) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
     --state-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
     --since) mapfile -t COMPREPLY < <(compgen -W "10m 1h 6h 1d 7d" -- "$cur"); return ;;
-    --timeout | --wait | --limit) return ;;
+    --timeout | --wait | --limit | --for | --reason) return ;;
     esac
 
     local cmd="" sock="" i
@@ -41,7 +41,7 @@ _rdmad_ctl() {
         case ${words[i]} in
         --socket) sock=${words[i + 1]}; ((i++)) ;;
         --socket=*) sock=${words[i]#--socket=} ;;
-        --timeout | --state-dir | --since | --limit | --wait | -o | --output) ((i++)) ;;
+        --timeout | --state-dir | --since | --limit | --wait | -o | --output | --for | --reason) ((i++)) ;;
         -*) ;;
         *) if [[ -z $cmd ]]; then cmd=${words[i]}; else args+=("${words[i]}"); fi ;;
         esac
@@ -57,9 +57,19 @@ _rdmad_ctl() {
     history) opts="--since --limit" ;;
     reload | reconcile) opts="--wait" ;;
     snapshot) opts="-o --output" ;;
+    guard) opts="--force" ;;
+    pause) opts="--for --reason" ;;
     esac
     if [[ $cur == -* ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$opts $common" -- "$cur")
+        return
+    fi
+    if [[ $cmd == guard ]]; then
+        if ((${#args[@]} == 0)); then
+            mapfile -t COMPREPLY < <(compgen -W "check" -- "$cur")
+        elif ((${#args[@]} == 1)); then  # the PCI drivers bound now
+            mapfile -t COMPREPLY < <(compgen -W "$(ls /sys/bus/pci/drivers 2>/dev/null)" -- "$cur")
+        fi
         return
     fi
     if [[ $cmd == history && ${#args[@]} -lt 2 ]]; then

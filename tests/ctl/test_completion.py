@@ -46,7 +46,9 @@ def complete(short_dir: Path) -> Complete:
 
 
 def test_commands_and_options(complete: Complete) -> None:
-    assert complete("rdmad-ctl re") == ["reload", "reconcile"]
+    assert complete("rdmad-ctl re") == ["reload", "reconcile", "resume"]
+    assert complete("rdmad-ctl guard ") == ["check"]
+    assert complete("rdmad-ctl pause --f") == ["--for"]
     assert complete("rdmad-ctl --json st") == ["status"]
     assert "--verbose" in complete("rdmad-ctl status --")
     assert complete("rdmad-ctl reconcile --w") == ["--wait"]

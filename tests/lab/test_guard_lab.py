@@ -206,6 +206,17 @@ def test_stack_stop_through_the_hook_while_rdmad_runs(rdmad_guest: Guest) -> Non
             timeout=60,
             what="no pause in status",
         )
+
+        # By hand: `rdmad-ctl pause` names its caller; `resume` ends it.
+        paused = ctl(g, "pause", "--for", "300", "--reason", "MOFED upgrade", "--json")
+        assert paused.rc == 0, paused.describe()
+        pause = json.loads(paused.out)["pause"]
+        assert pause["by"].startswith("rdmad-ctl pause (uid 0, pid ") and pause["reason"] == (
+            "MOFED upgrade"
+        ), pause
+        assert "PAUSED" in ctl(g, "status").out
+        resumed = ctl(g, "resume")
+        assert resumed.rc == 0 and "not paused" in resumed.out, resumed.describe()
     except Exception:
         log(f"status: {status(g)}\n{journal(g)[-4000:]}")
         raise
