@@ -198,6 +198,9 @@ class _NowCollector(Collector):
                     now.vfs_desired.add_metric([pf], desired_n)
                 if present_n is not None:
                     now.vfs_present.add_metric([pf], present_n)
+                guard = d.observed.get("guard")
+                if isinstance(guard, str) and not guard.startswith(_GUARD_NOT_WANTED):
+                    now.guard.add_metric([pf], 1 if guard.startswith("installed") else 0)
             attrs = [*d.attributes, *(a for vf in d.vfs for a in vf.attributes)]
             unsupported += sum(1 for a in attrs if a.state is ObjectState.UNSUPPORTED)
             blocked_vfs = sum(
@@ -214,6 +217,7 @@ class _NowCollector(Collector):
         now.unsupported.add_metric([], unsupported)
         now.in_use.add_metric([], in_use)
         now.ready.add_metric([], 1 if snap.ready else 0)
+        now.paused.add_metric([], 1 if snap.pause is not None else 0)
         now.config_valid.add_metric([], 0 if snap.config_errors else 1)
         if self._m.last_success is not None:
             now.last_success.add_metric([], self._m.last_success)
@@ -223,6 +227,10 @@ class _NowCollector(Collector):
                 now.events.add_metric([source], n)
         # A family without samples is left out (no last success yet, no queue).
         return (f for f in now.all() if f.samples)
+
+
+# Guard states of a PF that has no hook to install: driver_guard off, a built-in driver.
+_GUARD_NOT_WANTED = ("off", "not needed", "unknown")
 
 
 class _Now:
@@ -250,6 +258,16 @@ class _Now:
         self.ready = g(
             "rdmad_ready", "1 once the first reconcile finished (systemd READY=1).", labels=[]
         )
+        self.guard = g(
+            "rdmad_guard_installed",
+            "1 when `modprobe -r` of a guarded PF's driver asks the guard, 0 when not (yet).",
+            labels=["pf"],
+        )
+        self.paused = g(
+            "rdmad_paused",
+            "1 while a guarded stop is in progress (no module loads, no rxe links).",
+            labels=[],
+        )
         self.config_valid = g(
             "rdmad_config_valid", "1 if the config on disk loaded without errors.", labels=[]
         )
@@ -272,6 +290,8 @@ class _Now:
             self.unsupported,
             self.in_use,
             self.ready,
+            self.guard,
+            self.paused,
             self.config_valid,
             self.last_success,
             self.events,

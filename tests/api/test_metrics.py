@@ -7,6 +7,7 @@ import asyncio
 import errno
 import os
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +505,34 @@ async def test_textfile_debounces_a_burst_of_changes(
         assert writer.writes == 2  # the whole burst cost one write
     finally:
         await writer.close()
+
+
+def test_guard_and_pause_gauges(store: StatusStore) -> None:
+    from rdmad.model import PauseObserved
+
+    m = Metrics(store)
+
+    def pf(name: str, guard: str) -> ObjectReport:
+        d = sriov_detail(name, 2, 2)
+        return ObjectReport(
+            f"sriov {name}", C, detail=replace(d, observed={**d.observed, "guard": guard})
+        )
+
+    store.publish(
+        snapshot(
+            1,
+            pf("pci=0000:00:03.0", "installed (modprobe -r igb asks the guard)"),
+            pf("pci=0000:00:04.0", "not installed yet for igb"),
+            pf("pci=0000:00:05.0", "off (driver_guard = false)"),
+            pf("pci=0000:00:06.0", "not needed (igb is built in: it cannot be unloaded)"),
+            pause=PauseObserved("`modprobe -r igb` (modprobe (pid 7), uid 0)", "stop", 1.0, 121.0),
+        )
+    )
+    got = scrape(m)
+    assert series(got, "rdmad_guard_installed") == {
+        frozenset({("pf", "pci=0000:00:03.0")}): 1,
+        frozenset({("pf", "pci=0000:00:04.0")}): 0,
+    }
+    assert value(got, "rdmad_paused") == 1
+    store.publish(snapshot(2))
+    assert value(scrape(m), "rdmad_paused") == 0
