@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmad import __version__, config, state
+from rdmad.fileio import write_atomic
 from rdmad.kernel.oneshot import observe_host
 from rdmad.model import Action, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
@@ -267,20 +268,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if args.output is not None:
         try:
-            _write_atomic(args.output, text)
+            write_atomic(args.output, text.encode())
         except OSError as exc:
             print(f"rdmad: cannot write {args.output}: {exc}", file=sys.stderr)
             return EXIT_FAIL
     return EXIT_OK
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import errno
 import os
-import tempfile
 from pathlib import Path
 
 import structlog
 
 from rdmad.api.metrics import Metrics
+from rdmad.fileio import write_atomic
 from rdmad.status import Change
 
 log = structlog.get_logger("rdmad.metrics")
@@ -109,30 +109,6 @@ class TextfileWriter:
             kind=kind,
             note="logged once until it works again",
         )
-
-
-def write_atomic(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
-    """Replace ``path`` with ``data`` so a reader sees the old file or the new one.
-
-    The temp name does not end in ``.prom``: node_exporter ignores it.
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)  # mkstemp makes it 0600
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)  # the rename itself must survive a crash
-    finally:
-        os.close(dfd)
 
 
 __all__ = ["FILENAME", "TextfileWriter", "write_atomic"]

@@ -24,8 +24,8 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 
+from rdmad.fileio import write_atomic
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import GuardHookObserved
 
@@ -83,20 +83,7 @@ def write_hook(sysfs: Sysfs, modules: list[str] | tuple[str, ...], command: str)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return
-    text = render(modules, command)
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rdmad-guard.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o644)
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)  # the temp name does not end in .conf: modprobe ignores it
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, render(modules, command).encode())
 
 
 def driver_module(sysfs: Sysfs, device_dir: str) -> str | None:

@@ -21,11 +21,10 @@ Standard library only: the guard imports this inside `modprobe -r`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 
+from rdmad.fileio import write_atomic
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import PauseObserved
 
@@ -58,20 +57,8 @@ def write_pause(
         "modules": {m: module_identity(sysfs, m) for m in modules},
     }
     path = sysfs.path(PAUSE_FILE)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".pause.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # status readers (the rdmad group) may read it
-            json.dump(record, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    write_atomic(path, json.dumps(record).encode())  # 0644: status readers may read it
     return PauseObserved(by, reason, now, now + seconds, tuple(modules))
 
 
