@@ -158,7 +158,10 @@ class KernelHost:
             except KernelError as exc:
                 reason = f"rtnetlink could not be read: {exc}"
                 notes.append(reason)
-        rdma_links, rdma_netlink = await self._rdma_links(notes)
+        # While a guarded stop runs, no RDMA netlink socket either: opening one makes the
+        # kernel load ib_core again the moment the stop has unloaded it.
+        paused = read_pause(self.sysfs, self.clock.wall()) is not None
+        rdma_links, rdma_netlink = await self._rdma_links(notes, paused=paused)
         snapshot = observe(
             self.sysfs,
             links,
@@ -172,10 +175,15 @@ class KernelHost:
         consistent = links is None or {n.name for n in snapshot.netdevs} <= set(links)
         return snapshot, consistent
 
-    async def _rdma_links(self, notes: list[str]) -> tuple[list[RdmaLinkObserved] | None, bool]:
-        """RDMA links over netlink when the kernel has it; (None, False) when it never can."""
-        if self.rdma is None:
-            return None, True  # not asked (a sysfs tree): say nothing about rxe
+    async def _rdma_links(
+        self, notes: list[str], *, paused: bool = False
+    ) -> tuple[list[RdmaLinkObserved] | None, bool]:
+        """RDMA links over netlink when the kernel has it; (None, False) when it never can.
+
+        ``paused``: read from sysfs (None), never opening a socket that could load ib_core.
+        """
+        if self.rdma is None or paused:
+            return None, True  # not asked (a sysfs tree), or standing back
         if not self.sysfs.exists("sys/module/ib_core"):
             # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
             # load a module. Without ib_core there is no RDMA device to list.
@@ -321,7 +329,8 @@ class KernelHost:
         return None
 
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
-        links, _ = await self._rdma_links([])
+        paused = read_pause(self.sysfs, self.clock.wall()) is not None
+        links, _ = await self._rdma_links([], paused=paused)
         if links is not None:
             return links
         return list(self.last.rdma_links) if self.last is not None else []

@@ -86,8 +86,11 @@ def test_hand_set_node_snapshotted_comes_back_identical_after_reboot(
         plan["state"]["line"] == "state: none at /var/lib/rdmad/state.json: rdmad owns no rxe link"
     )
     # Everything matches; VF 2 is only pinned unbound (driver_override), so that a
-    # re-probe cannot bind it again.
-    assert [a["what"] for a in plan["actions"]] == [f"{vfs[2]}: driver unset -> none"], plan
+    # re-probe cannot bind it again; and no daemon has installed the driver guard yet.
+    assert [a["what"] for a in plan["actions"]] == [
+        f"{vfs[2]}: driver unset -> none",
+        "guard `modprobe -r` of igb, rdma_rxe (modprobe.d hook)",
+    ], plan
 
     g.check("systemctl enable --now rdmad.service", timeout=300)
     g.wait_for(

@@ -476,8 +476,12 @@ def test_snapshot_of_hand_set_vfs_round_trips(rdmad_guest: Guest) -> None:
     assert f'pf = {{ pci = "{pf}" }}' in text and f'pf = {{ name = "{dev}" }}' in text
     assert 'driver = "vfio-pci"' in text and 'vlan_proto = "802.1ad"' in text
     plan = g.json("rdmad plan --json", timeout=120)
-    assert plan["actions"] == [], plan
-    assert {o["state"] for o in plan["objects"]} == {"converged"}, plan
+    # The kernel matches; only the driver guard's hook is still to be written (no daemon
+    # has run yet).
+    assert [a["what"] for a in plan["actions"]] == [
+        "guard `modprobe -r` of igb, netdevsim (modprobe.d hook)"
+    ], plan
+    assert {o["state"] for o in plan["objects"] if o["object"] != "guard"} == {"converged"}, plan
 
     # A drop-in makes the daemon look again every second and log each pass: after its
     # start (READY=1 follows the first pass) and two more passes, nothing was written.
