@@ -22,6 +22,7 @@ from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.observe import observe
+from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
 from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
@@ -116,6 +117,7 @@ class KernelHost:
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.slow = SlowWrites(self.clock, numvfs_deadline)
+        self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
 
     def close(self) -> None:
         for client in (self.rtnl, self.rdma):
@@ -163,6 +165,7 @@ class KernelHost:
             rdma_links,
             rdma_netlink=rdma_netlink,
             no_netlink_reason=reason,
+            peermem_probe=self.peermem_probe,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)

@@ -167,6 +167,32 @@ class Waiting(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class Degraded(Action):
+    """An object that is required and cannot be brought up now; says why.
+
+    Unlike a failed action (retried with backoff), nothing is retried: what it
+    needs must change first (e.g. ``[peermem] mode = "require"`` and no module).
+    """
+
+    kind: ClassVar[str] = "degraded"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"degraded: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Note(Action):
+    """Something worth saying about an object that is converged (e.g. peermem loaded)."""
+
+    kind: ClassVar[str] = "note"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"note: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
 class _VfNote(Action):
     """A note about one VF attribute that leaves the rest of the object converged."""
 

@@ -20,11 +20,16 @@ Rules, each with a test in tests/unit/test_reconcile.py:
 * A VF is re-bound (driver change, new IB GUIDs) only when it is free.
 * rxe links are created as soon as their netdev exists: the kernel accepts a
   netdev that is down and the port turns ACTIVE when it comes up.
+* The peer-memory module (nvidia-peermem / nvidia-p2p) is loaded when the GPU
+  driver and the RDMA core are loaded and it is not, unless a finding says it
+  cannot be (``peermem.py``); never unloaded.
 """
 
 from __future__ import annotations
 
 from rdmad.model import Action, Desired, Observed, PlanState
+from rdmad.reconcile.peermem import declared as peermem_declared
+from rdmad.reconcile.peermem import plan_peermem
 from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
 from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
 
@@ -35,11 +40,16 @@ def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]
     for spec in desired.sriov:
         actions.extend(plan_sriov(spec, observed, state, claimed))
     actions.extend(plan_rxe(desired, observed, state))
+    actions.extend(plan_peermem(desired.peermem, observed, state))
     return actions
 
 
 def declared_objects(desired: Desired) -> list[str]:
-    return [s.obj for s in desired.sriov] + [r.obj for r in desired.rxe]
+    return (
+        [s.obj for s in desired.sriov]
+        + [r.obj for r in desired.rxe]
+        + peermem_declared(desired.peermem)
+    )
 
 
 __all__ = ["NETLINK_ATTRS", "RXE_MODULE", "declared_objects", "find_netdev", "find_pf", "plan"]
