@@ -180,14 +180,19 @@ class KernelHost:
             # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
             # load a module. Without ib_core there is no RDMA device to list.
             return [], True
-        if not self._rdma_available():
-            notes.append(self.rdma.reason or "RDMA netlink is not available")
-            return None, False
         try:
+            if not self._rdma_available():
+                notes.append(self.rdma.reason or "RDMA netlink is not available")
+                return None, False
             return await self.rdma.links(), True
         except KernelError as exc:
             notes.append(f"RDMA links read from sysfs: {exc}")
             return None, True
+        finally:
+            # An open NETLINK_RDMA socket holds a reference on ib_core: kept open, it
+            # makes `modprobe -r ib_core` (an RDMA stack restart, openibd) fail with
+            # "in use" for as long as rdmad runs. Reopening costs microseconds.
+            self.rdma.close()
 
     def _rdma_available(self) -> bool:
         """Probe NETLINK_RDMA once, and again only when ib_core has appeared since.
@@ -303,10 +308,16 @@ class KernelHost:
             return await self._set_vf_settings(action)
         elif op is Op.RXE_ADD:
             rdma = self._rdma_or_raise(f"add rxe link {w.path}")
-            await rdma.add_link(w.path, "rxe", w.value)
+            try:
+                await rdma.add_link(w.path, "rxe", w.value)
+            finally:
+                rdma.close()  # never pin ib_core between passes (see _rdma_links)
         elif op is Op.RXE_DEL:
             rdma = self._rdma_or_raise(f"delete RDMA link {w.path}")
-            await rdma.delete_link(w.path)
+            try:
+                await rdma.delete_link(w.path)
+            finally:
+                rdma.close()
         return None
 
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
