@@ -461,6 +461,20 @@ def diagnose(
     )
 
 
+def log_findings(kernel_log: Sequence[str]) -> list[Finding]:
+    """Findings the kernel log alone shows about a peer-memory module (an earlier failed
+    load by someone else, at boot from modules-load.d): for the doctor."""
+    out: list[Finding] = []
+    for module in CANDIDATES:
+        lines = [kmsg_text(r) for r in kernel_log if module in r]
+        for line in reversed(lines):
+            hit = next((fid for pattern, fid in _LOG_RULES if re.search(pattern, line)), None)
+            if hit is not None:
+                out.append(_finding(hit, module, line.strip(), None))
+                break
+    return out
+
+
 def _finding(fid: str, module: str, evidence: str, facts: PeermemFacts | None) -> Finding:
     name = modprobe_name(module)
     if fid == "symbol-version-mismatch":

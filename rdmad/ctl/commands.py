@@ -257,6 +257,21 @@ def config(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     return exits.OK if doc.get("ok", True) is True and not doc.get("errors") else exits.FAIL
 
 
+def doctor(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    """Read-only checks of this node; the daemon is not asked (``client`` unused)."""
+    from rdmad.doctor import Root, run_checks  # standard library only, like this module
+
+    if not os.path.isdir(args.root):
+        ctx.warn(f"--root {args.root}: not a directory")
+        return exits.USAGE
+    report = run_checks(Root(args.root), args.config)
+    if args.json:
+        ctx.json(report.to_json())
+    else:
+        ctx.print(report.lines())
+    return report.exit_code()
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "status": status,
     "plan": plan,
@@ -266,6 +281,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "reconcile": reconcile,
     "snapshot": snapshot,
     "config": config,
+    "doctor": doctor,
 }
 
 
