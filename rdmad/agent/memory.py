@@ -60,6 +60,13 @@ class Memory:
             frozenset(self.state.managed_rxe), frozenset(self.unsupported), self.peermem_held
         )
 
+    def forget_peermem_hold(self) -> None:
+        """A module add/remove event: what a lasting peermem failure depended on may have
+        changed even when the loaded set looks the same again (an RDMA stack restart)."""
+        if self.peermem_held is not None:
+            log.info("peermem.retry", after="module event", finding=self.peermem_held.finding.id)
+            self.peermem_held = None
+
     def objects(self) -> set[str]:
         return set(declared_objects(self.desired))
 

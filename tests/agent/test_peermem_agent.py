@@ -110,3 +110,22 @@ async def test_a_passing_failure_backs_off(rig: RigFactory) -> None:
     await r.idle()
     assert len(host.attempts) > first  # retried, with backoff
     await r.stop()
+
+
+async def test_a_module_event_retries_even_when_the_loaded_set_is_the_same_again(
+    rig: RigFactory,
+) -> None:
+    """An RDMA stack restart: ib_core goes and comes back, the loaded set is what it was
+    when the load failed; the module event is what says "try again" (once)."""
+    host = PeermemHost()
+    r = rig(peermem_config(), host=host)  # type: ignore[arg-type]
+    await r.start()
+    await r.idle()
+    assert host.attempts == ["nvidia-peermem"]
+    r.agent.trigger("udev", "add module ib_core", driver=True)
+    await r.idle()
+    assert host.attempts == ["nvidia-peermem", "nvidia-peermem"]  # one more, then held
+    await r.advance(300.0, step=30.0)
+    await r.idle()
+    assert len(host.attempts) == 2
+    await r.stop()

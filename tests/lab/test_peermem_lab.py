@@ -32,10 +32,12 @@ EVENT_DEADLINE = 30.0  # bound of a wait, not a measurement (bench/bench_peermem
 LOADED = "grep -q '^nvidia_peermem ' /proc/modules"
 # The RDMA stack as openibd stops it: peermem first (it holds ib_core), then ib_core's
 # other holders, then ib_core. Retried (bounded) because rdmad may reload peermem
-# between the steps: that is the very race this feature is about.
+# between the steps: that is the very race this feature is about. peermem goes with
+# rmmod: `modprobe -r` would also unload the dummy nvidia as an unused dependency,
+# which a real GPU driver (held by nvidia_uvm, nvidia_modeset, processes) never is.
 STACK_STOP = """
 for i in $(seq 1 20); do
-  modprobe -r nvidia_peermem 2>/dev/null
+  rmmod nvidia_peermem 2>/dev/null
   for m in $(ls /sys/module/ib_core/holders 2>/dev/null); do modprobe -r "$m" 2>/dev/null; done
   modprobe -r ib_core 2>/dev/null
   [ -e /sys/module/ib_core ] || exit 0
@@ -77,7 +79,7 @@ def rdmad(guest: Guest) -> Iterator[Guest]:
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad; modprobe -r nvidia_peermem nvidia; true")
     yield guest
     stop_and_forget(guest)
-    guest.run(STACK_STOP, timeout=180)
+    guest.run(f"( {STACK_STOP} ); modprobe -r nvidia; true", timeout=180)
 
 
 def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad: Guest) -> None:
@@ -98,6 +100,7 @@ def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad:
     # (b) An RDMA stack restart unloads peermem with ib_core; ib_core back -> peermem back.
     g.check(STACK_STOP, timeout=180)
     assert not g.module_loaded("nvidia_peermem")
+    assert g.module_loaded("nvidia")
     g.check("modprobe ib_core")
     g.wait_for(LOADED, timeout=EVENT_DEADLINE)
     loads = history_entries(
