@@ -34,6 +34,7 @@ from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
     Action,
+    LoadModule,
     Observed,
     RdmaLinkObserved,
     SetVfSettings,
@@ -217,6 +218,13 @@ class KernelHost:
         if not planned:
             error = KernelError(action.kind, action.obj, None, "rdmad cannot apply this action")
             return verdict(action, [self._record(action, (action.kind, None, None), error, 0.0)])
+        if isinstance(action, LoadModule) and action.requires:
+            mods = modules_mod.Modules(self.sysfs)
+            gone = [m for m in action.requires if not mods.is_loaded(m)]
+            if gone:
+                why = f"{', '.join(gone)} no longer loaded: modprobe would load it back"
+                log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+                return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
         # Re-check before the action's first write, so a stale action writes nothing at all
         # (not even the driver_override that precedes an unbind).
         try:

@@ -107,7 +107,12 @@ class BindVfDriver(Action):
 
 @dataclass(frozen=True, slots=True)
 class LoadModule(Action):
+    """``modprobe module``. ``requires``: modules that must still be loaded when it runs,
+    else it is stale: modprobe loads dependencies, so a load planned before an RDMA
+    stack stop would otherwise bring back the ib_core the operator just removed."""
+
     module: str = ""
+    requires: tuple[str, ...] = ()
     kind: ClassVar[str] = "load-module"
 
     def describe(self) -> str:

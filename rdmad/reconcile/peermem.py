@@ -19,7 +19,7 @@ from rdmad.model import (
     PeermemSpec,
     PlanState,
 )
-from rdmad.peermem import Decision, decide, modprobe_name
+from rdmad.peermem import GPU_DRIVER, RDMA_CORE, Decision, decide, modprobe_name
 
 OBJ = "peermem"
 
@@ -50,7 +50,14 @@ def plan_peermem(spec: PeermemSpec, observed: Observed, state: PlanState) -> lis
 def load_peermem(decision: Decision) -> list[Action]:
     """The one place a peer-memory module load is planned."""
     assert decision.module is not None
-    return [LoadModule(OBJ, decision.reason, module=modprobe_name(decision.module))]
+    return [
+        LoadModule(
+            OBJ,
+            decision.reason,
+            module=modprobe_name(decision.module),
+            requires=(GPU_DRIVER, RDMA_CORE),
+        )
+    ]
 
 
 def declared(spec: PeermemSpec) -> list[str]:

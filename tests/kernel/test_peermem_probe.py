@@ -43,3 +43,16 @@ def test_probe_reads_again_when_modules_dep_is_rewritten(tmp_path: Path) -> None
         "kernel/drivers/infiniband/core/ib_core.ko:",
     )
     assert [m.name for m in probe.facts(Sysfs(tmp_path)).files] == ["nvidia_peermem"]
+
+
+async def test_load_is_stale_when_a_required_module_went_away(tmp_path: Path) -> None:
+    """Planned before an RDMA stack stop, applied after it: modprobe would load ib_core
+    back as a dependency. The host drops it as stale and runs nothing."""
+    from rdmad.kernel.host import KernelHost
+
+    gpu_node(tmp_path, loaded=("nvidia",))  # ib_core gone since the plan
+    host = KernelHost(tmp_path, modprobe_program="/nonexistent/modprobe")
+    action = LoadModule("peermem", "test", module="nvidia-peermem", requires=("nvidia", "ib_core"))
+    result = await host.apply(action)
+    assert result.stale and "ib_core no longer loaded" in result.note
+    assert host.records == []  # nothing was run or recorded as a write
