@@ -10,6 +10,7 @@ peermem there is an event.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,22 @@ def peermem_status(g: Guest) -> dict[str, Any]:
     return obj
 
 
+def doctor(g: Guest, path: str | None = None) -> dict[str, Any]:
+    """`rdmad-ctl doctor --json` in the guest (exit 0 or 1), optionally with another PATH."""
+    env = f"env PATH={path} " if path else ""
+    exe = g.check("command -v rdmad-ctl").strip()
+    res = g.run(f"{env}{exe} doctor --json", timeout=120)
+    assert res.rc in (0, 1), res.describe()
+    doc: dict[str, Any] = json.loads(res.out)
+    assert doc["blocking"] is (res.rc == 1), res.describe()
+    return doc
+
+
+def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [c for c in doc["checks"] if c["check"] == name]
+    return found
+
+
 @pytest.fixture
 def rdmad(guest: Guest) -> Iterator[Guest]:
     report = guest.install_rdmad()
@@ -96,6 +113,9 @@ def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad:
     assert "drift" not in first["cause"], first
     status = peermem_status(g)
     assert status["state"] == "converged", status
+    doc = doctor(g)
+    assert check(doc, "peermem")["status"] == "ok", doc
+    assert check(doc, "module-loading")["status"] == "ok", doc
 
     # (b) An RDMA stack restart unloads peermem with ib_core; ib_core back -> peermem back.
     g.check(STACK_STOP, timeout=180)
@@ -127,3 +147,11 @@ def test_modules_disabled_is_reported_and_not_retried(fresh_guest: Guest) -> Non
     assert not g.module_loaded("nvidia_peermem")
     table = ctl(g, "status")
     assert "modules-disabled" in table.out, table.describe()
+    # The doctor, without the daemon and without any tool in PATH, says the same.
+    g.check("systemctl stop rdmad.service", timeout=360)
+    doc = doctor(g, path="/nonexistent")
+    assert doc["blocking"] is True, doc
+    peer = check(doc, "peermem")
+    assert peer["status"] == "fail", peer
+    assert peer["findings"][0]["id"] == "modules-disabled", peer
+    assert check(doc, "module-loading")["status"] == "warn", doc
