@@ -280,8 +280,28 @@ def _search_tree(fs: Reader, base: str, names: Sequence[str], depth: int = 6) ->
     return out
 
 
+def module_bytes(fs: Reader, rel: str) -> bytes | None:
+    """A module file's content, decompressed when xz or gzip compressed (the kernel
+    signs before compressing, so the signature marker is inside); None for zstd
+    (no decompressor in the standard library) or an unreadable file."""
+    if rel.endswith(".ko"):
+        return fs.read_bytes(rel)
+    if not rel.endswith((".ko.xz", ".ko.gz")):
+        return None
+    data = fs.read_bytes(rel)
+    if data is None:
+        return None
+    import gzip  # only for compressed modules
+    import lzma
+
+    try:
+        return lzma.decompress(data) if rel.endswith(".xz") else gzip.decompress(data)
+    except (lzma.LZMAError, OSError, EOFError):  # a damaged file: could not tell
+        return None
+
+
 def _module_file(fs: Reader, name: str, rel: str, path: str) -> ModuleFile:
-    data = fs.read_bytes(rel) if rel.endswith(".ko") else None
+    data = module_bytes(fs, rel)
     if data is None:
         return ModuleFile(name, path)
     return ModuleFile(
@@ -300,9 +320,9 @@ def _ib_core_file_exports(fs: Reader, release: str) -> bool | None:
     if dep is None:
         return None
     path = parse_modules_dep(dep, [RDMA_CORE]).get(RDMA_CORE)
-    if path is None or not path.endswith(".ko"):
+    if path is None:
         return None
-    data = fs.read_bytes(f"{base}/{path}")
+    data = module_bytes(fs, f"{base}/{path}")
     return None if data is None else b"__ksymtab_" + PEER_API.encode() in data
 
 

@@ -270,3 +270,28 @@ def test_kallsyms_match_is_by_whole_name() -> None:
     assert not peermem.exports(text, "ib_register_peer_memory_client")
     assert not peermem.exports(text, "ib_umem_dmabuf_get")
     assert peermem.exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
+
+
+@pytest.mark.parametrize("suffix", [".ko.xz", ".ko.gz"])
+def test_compressed_modules_are_read_inside(tmp_path: Path, suffix: str) -> None:
+    import gzip
+    import lzma
+
+    body = b"ib_register_peer_memory_client" + UNSIGNED
+    data = lzma.compress(body) if suffix == ".ko.xz" else gzip.compress(body)
+    f = facts_of(tmp_path, installed={f"updates/dkms/nvidia-peermem{suffix}": data})
+    assert f.module() == peermem.ModuleFile(
+        "nvidia_peermem",
+        f"updates/dkms/nvidia-peermem{suffix}",
+        signed=False,
+        needs_peer_api=True,
+        size=len(body),
+    )
+
+
+def test_zstd_module_signature_is_unknown_not_guessed(tmp_path: Path) -> None:
+    f = facts_of(
+        tmp_path, sig_enforce=True, installed={"updates/dkms/nvidia-peermem.ko.zst": b"\x28\xb5"}
+    )
+    assert f.module() is not None and f.module().signed is None  # type: ignore[union-attr]
+    assert preflight(f) == []  # unknown is not "unsigned": modprobe's answer will say
