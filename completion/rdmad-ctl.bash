@@ -24,13 +24,14 @@ _rdmad_ctl() {
     fi
     local prev=""
     ((${#words[@]})) && prev=${words[${#words[@]} - 1]}
-    local commands="status plan history watch reload reconcile snapshot config guard pause resume"
+    local commands="status plan history watch reload reconcile snapshot config doctor guard pause resume"
     local common="--json --socket --timeout --state-dir --help"
     COMPREPLY=()
 
     case $prev in
     --socket | -o | --output) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-    --state-dir) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
+    --state-dir | --root) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
+    --config) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
     --since) mapfile -t COMPREPLY < <(compgen -W "10m 1h 6h 1d 7d" -- "$cur"); return ;;
     --timeout | --wait | --limit | --for | --reason) return ;;
     esac
@@ -41,7 +42,7 @@ _rdmad_ctl() {
         case ${words[i]} in
         --socket) sock=${words[i + 1]}; ((i++)) ;;
         --socket=*) sock=${words[i]#--socket=} ;;
-        --timeout | --state-dir | --since | --limit | --wait | -o | --output | --for | --reason) ((i++)) ;;
+        --timeout | --state-dir | --since | --limit | --wait | -o | --output | --root | --config | --for | --reason) ((i++)) ;;
         -*) ;;
         *) if [[ -z $cmd ]]; then cmd=${words[i]}; else args+=("${words[i]}"); fi ;;
         esac
@@ -59,6 +60,7 @@ _rdmad_ctl() {
     snapshot) opts="-o --output" ;;
     guard) opts="--force" ;;
     pause) opts="--for --reason" ;;
+    doctor) opts="--config --root" ;;
     esac
     if [[ $cur == -* ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$opts $common" -- "$cur")

@@ -7,6 +7,10 @@ for its own reason, with the bookkeeping that decides what the next pass retries
   object waits for the next pass, which observes again. Other objects go on.
 * VF attributes the driver refuses as unsupported are remembered (see Memory),
   not retried, and not counted as a failure of their object.
+* A peermem load that fails for a lasting reason (rdmad.peermem.diagnose: a missing
+  file, a signature, a symbol mismatch) is remembered with the facts it failed on and
+  not retried until they change (a module event, a rebuilt module) or the config is
+  reloaded; other failures back off as usual.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from rdmad import peermem
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import Shared
 from rdmad.agent.protocols import Host, ResultLike, WriteLike
@@ -26,6 +31,7 @@ from rdmad.model import (
     Action,
     AddRxe,
     DeleteRxe,
+    LoadModule,
     Observed,
     SetNumVfs,
     SetVfSettings,
@@ -33,10 +39,12 @@ from rdmad.model import (
     action_touches,
     format_value,
 )
+from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Trigger
 
 log = structlog.get_logger("rdmad.agent")
+
 
 # Errnos with which drivers refuse a VF attribute they do not implement (LAB.md: igb
 # link-state and query_rss EOPNOTSUPP, 802.1ad EPROTONOSUPPORT, rates EINVAL).
@@ -111,6 +119,9 @@ class Applier:
             count += 1
             self.reporter.record_result(action, result, cause)
             refused = self._learn_unsupported(action, result, observed)
+            if not result.ok and self._hold_peermem(action, result, observed, cause):
+                held_objs.add(obj)
+                continue
             if not result.ok and refused < _error_count(result):
                 held_objs.add(obj)
                 error = _result_error(action, result)
@@ -183,6 +194,54 @@ class Applier:
                     error=error,
                 )
         return learned
+
+    def _hold_peermem(
+        self, action: Action, result: ResultLike, observed: Observed, cause: str
+    ) -> bool:
+        """A failed peermem load: True when its reason is lasting (then remembered and
+        reported, not retried with backoff); False lets it fail as any action does."""
+        if not isinstance(action, LoadModule) or action.obj != PEERMEM_OBJ:
+            return False
+        error = _result_error(action, result)
+        head, _, log_part = error.partition(peermem.KERNEL_LOG_SEP)
+        facts = observed.modules.peermem
+        finding = peermem.diagnose(
+            action.module, head, [s for s in log_part.split(" | ") if s], facts
+        )
+        if not finding.lasting:
+            return False
+        self.memory.peermem_held = peermem.Held(
+            peermem.canonical(action.module), finding, facts.fingerprint()
+        )
+        self.memory.state.last_errors[action.obj] = {
+            "error": finding.describe(),
+            "at": self.shared.clock.wall(),
+            "failures": 1,
+            "errno": _result_errno(result),
+        }
+        log.warning(
+            "peermem.cannot-load",
+            module=action.module,
+            finding=finding.id,
+            evidence=finding.evidence,
+            suggestion=finding.suggestion,
+        )
+        self.reporter.history(
+            HistoryEntry(
+                self.shared.clock.wall(),
+                "failed",
+                obj=action.obj,
+                what=action.describe(),
+                reason=action.reason,
+                cause=cause,
+                error=finding.describe(),
+                errno=_result_errno(result),
+                kind=action.kind,
+            )
+        )
+        # Status must show the finding now, not after the next drift pass: plan again.
+        self.shared.queue.put(Trigger("followup", f"report why {action.module} cannot load"))
+        return True
 
     def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state

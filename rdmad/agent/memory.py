@@ -15,6 +15,7 @@ from rdmad.agent.options import Shared
 from rdmad.agent.protocols import ConfigLoader
 from rdmad.config import ConfigInvalid
 from rdmad.model import Desired, Observed, PlanState, UnsupportedKey
+from rdmad.peermem import Held
 from rdmad.reconcile import declared_objects
 from rdmad.state import State, StateStore, owned_rxe, start_kind
 from rdmad.status import HistoryEntry
@@ -48,11 +49,23 @@ class Memory:
         self.notes: list[str] = []  # state-file problems, for status
         # VF attributes the PF driver refused as unsupported; forgotten on a config reload.
         self.unsupported: set[UnsupportedKey] = set()
+        # A peermem load that failed for a lasting reason; forgotten on a config reload,
+        # and moot (plan() retries) once the facts it failed on change.
+        self.peermem_held: Held | None = None
 
     def plan_state(self) -> PlanState:
         if not self.config_ok:
             return PlanState()  # nothing declared: own nothing, remove nothing
-        return PlanState(frozenset(self.state.managed_rxe), frozenset(self.unsupported))
+        return PlanState(
+            frozenset(self.state.managed_rxe), frozenset(self.unsupported), self.peermem_held
+        )
+
+    def forget_peermem_hold(self) -> None:
+        """A module add/remove event: what a lasting peermem failure depended on may have
+        changed even when the loaded set looks the same again (an RDMA stack restart)."""
+        if self.peermem_held is not None:
+            log.info("peermem.retry", after="module event", finding=self.peermem_held.finding.id)
+            self.peermem_held = None
 
     def objects(self) -> set[str]:
         return set(declared_objects(self.desired))
@@ -85,6 +98,7 @@ class Memory:
         self.config_ok = True
         self.shared.options = self.shared.options.with_config(loaded.desired)
         self.unsupported.clear()  # a new config may fix what the driver refused
+        self.peermem_held = None  # a reload is how a user says "try again"
         log.info(
             "config.loaded",
             files=list(loaded.files),

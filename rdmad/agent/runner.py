@@ -62,6 +62,8 @@ class PassRunner:
         first = not shared.passes
         if batch.reload:
             self.reload_config(initial=False)
+        if batch.driver:
+            self.memory.forget_peermem_hold()  # a module came or went: worth one more try
         if not batch.plan_only:
             timers.arm_drift()  # every pass is a full observation: drift counts from here
 

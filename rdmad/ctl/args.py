@@ -143,6 +143,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "end a pause now (rdmad restores what the pause held back)",
         "examples:\n  rdmad-ctl resume",
     ),
+    "doctor": (
+        "what blocks RDMA / GPUDirect on this node (read-only; no daemon needed)",
+        "examples:\n  rdmad-ctl doctor\n  rdmad-ctl doctor --json | jq '.checks[] | "
+        'select(.status == "fail")\'\n'
+        "  rdmad-ctl doctor --config /etc/rdmad/rdmad.toml\n\n"
+        "Reads /sys, /proc and /lib/modules directly: it loads, unloads and writes\n"
+        "nothing, needs neither the daemon nor root, and no modprobe, modinfo, ip or\n"
+        "rdma binary. Checks: RDMA devices and the link layer of each port; drivers\n"
+        "(ib_core, ib_uverbs, mlx5_core, mlx5_ib: loaded module, built in or absent;\n"
+        "the MOFED/DOCA version, >= 23.10 for GPUDirect); the IOMMU mode (iommu=pt or\n"
+        "a translated default domain: IBV_WC_LOC_PROT_ERR); whether modules can be\n"
+        "loaded (modules_disabled, signature enforcement); GPUDirect peer memory\n"
+        "(nvidia-peermem / nvidia-p2p: installed for this kernel, signed, built against\n"
+        "an ib_core with the peer-memory API, errors in the kernel log; DMA-BUF as the\n"
+        "alternative); rxe availability; SR-IOV capability of the PFs the config\n"
+        "declares. Each finding says what was seen and what to do; what could not be\n"
+        "read (not root: /proc/kallsyms, the kernel log) is listed.\n"
+        "Exit 1 when something blocks RDMA (a FAIL line), 0 otherwise.",
+    ),
 }
 
 
@@ -229,6 +248,19 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
             default=30.0,
             metavar="S",
             help="wait up to S seconds for the pass that answers it (0: do not wait; default 30)",
+        )
+    elif name == "doctor":
+        cmd.add_argument(
+            "--config",
+            default="/etc/rdmad",
+            metavar="DIR|FILE",
+            help="rdmad's config, for [peermem] mode and the declared PFs (default /etc/rdmad)",
+        )
+        cmd.add_argument(
+            "--root",
+            default="/",
+            metavar="DIR",
+            help="read the host's /sys, /proc and /lib/modules under DIR (default /)",
         )
     elif name == "snapshot":
         cmd.add_argument(

@@ -289,6 +289,21 @@ def _paused(args: argparse.Namespace, ctx: Ctx, client: Client, doc: Any, what: 
     return exits.OK
 
 
+def doctor(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    """Read-only checks of this node; the daemon is not asked (``client`` unused)."""
+    from rdmad.doctor import Root, run_checks  # standard library only, like this module
+
+    if not os.path.isdir(args.root):
+        ctx.warn(f"--root {args.root}: not a directory")
+        return exits.USAGE
+    report = run_checks(Root(args.root), args.config)
+    if args.json:
+        ctx.json(report.to_json())
+    else:
+        ctx.print(report.lines())
+    return report.exit_code()
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "status": status,
     "plan": plan,
@@ -301,6 +316,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "guard": guard,
     "pause": pause,
     "resume": resume,
+    "doctor": doctor,
 }
 
 

@@ -242,7 +242,22 @@ def observed_summary(obj: dict[str, Any]) -> str:
             return "absent"
         netdev = observed.get("netdev")
         return f"netdev {netdev}" if netdev else "no netdev"
+    if obj.get("kind") == "peermem":
+        return _peermem_words(observed)
     return ""
+
+
+def _peermem_words(o: dict[str, Any]) -> str:
+    """ "nvidia-peermem loaded", "nvidia-peermem not loaded", "no GPU driver"."""
+    if not o:
+        return ""
+    if o.get("loaded"):
+        return f"{o.get('module') or 'peermem'} loaded"
+    if not o.get("gpu_driver"):
+        return "no GPU driver"
+    if not o.get("rdma_core"):
+        return "no ib_core"
+    return f"{o.get('module') or 'no module'} not loaded"
 
 
 def object_reason(obj: dict[str, Any], now: float) -> str:
@@ -304,6 +319,10 @@ def _observed_words(obj: dict[str, Any]) -> str:
         if not o.get("name"):
             return "not present"
         return f"on {o.get('netdev') or '-'}, {o.get('usage', 'unknown')}"
+    if obj.get("kind") == "peermem":
+        findings = ", ".join(f.get("id", "?") for f in o.get("findings") or [])
+        words = _peermem_words(o) or "not observed"
+        return f"{words}; findings: {findings}" if findings else words
     return ""
 
 

@@ -24,6 +24,7 @@ from rdmad.kernel.errors import KernelError
 from rdmad.kernel.guardhook import guard_command, write_hook
 from rdmad.kernel.observe import observe
 from rdmad.kernel.pause import read_pause
+from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
 from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
@@ -35,6 +36,7 @@ from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
     Action,
+    LoadModule,
     Observed,
     RdmaLinkObserved,
     SetVfSettings,
@@ -118,6 +120,7 @@ class KernelHost:
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.slow = SlowWrites(self.clock, numvfs_deadline)
+        self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
 
     def close(self) -> None:
         for client in (self.rtnl, self.rdma):
@@ -169,6 +172,7 @@ class KernelHost:
             rdma_netlink=rdma_netlink,
             no_netlink_reason=reason,
             now=self.clock.wall(),
+            peermem_probe=self.peermem_probe,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)
@@ -188,6 +192,7 @@ class KernelHost:
             # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
             # load a module. Without ib_core there is no RDMA device to list.
             return [], True
+        # RdmaNetlink closes its socket after each operation: an open one pins ib_core.
         if not self._rdma_available():
             notes.append(self.rdma.reason or "RDMA netlink is not available")
             return None, False
@@ -220,6 +225,13 @@ class KernelHost:
         if not planned:
             error = KernelError(action.kind, action.obj, None, "rdmad cannot apply this action")
             return verdict(action, [self._record(action, (action.kind, None, None), error, 0.0)])
+        if isinstance(action, LoadModule) and action.requires:
+            mods = modules_mod.Modules(self.sysfs)
+            gone = [m for m in action.requires if not mods.is_loaded(m)]
+            if gone:
+                why = f"{', '.join(gone)} no longer loaded: modprobe would load it back"
+                log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+                return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
         # Re-check before the action's first write, so a stale action writes nothing at all
         # (not even the driver_override that precedes an unbind).
         try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.sysfs import Sysfs
+from rdmad.peermem import KERNEL_LOG_SEP
 
 MODPROBE = "/sbin/modprobe"
 DEFAULT_TIMEOUT = 120.0  # a PF driver with many VFs takes seconds to load under TCG
@@ -157,7 +158,35 @@ async def modprobe(
     reason = Modules(sysfs or Sysfs("/")).loading_disabled_reason()
     if reason is not None:
         raise KernelError(op, "", errno_mod.EPERM, reason)
-    await _run(op, [program, "--", name, *args], timeout)
+    fs = sysfs or Sysfs("/")
+    log_fd = fs.open_kernel_log(at_end=True)  # what the kernel says about this load only
+    try:
+        await _run(op, [program, "--", name, *args], timeout)
+    except KernelError as exc:
+        lines = kernel_log_about(fs.read_kernel_log(log_fd), name) if log_fd is not None else []
+        log_fd = None
+        if not lines:
+            raise
+        # "Unknown symbol in module, or unknown parameter (see dmesg)": the kernel log
+        # says which (e.g. "disagrees about version of symbol ..."), so it goes along.
+        raise KernelError(
+            op, "", None, f"{exc.detail}{KERNEL_LOG_SEP}{' | '.join(lines)}"
+        ) from None
+    finally:
+        if log_fd is not None:
+            os.close(log_fd)
+
+
+def kernel_log_about(records: list[str], name: str, keep: int = 5) -> list[str]:
+    """The last kernel log messages naming a module (its kernel spelling or modprobe's)."""
+    mod = canonical(name)
+    out = []
+    for record in records:
+        head, sep, text = record.partition(";")
+        text = text if sep and "," in head else record
+        if mod in text or name in text:
+            out.append(text.strip())
+    return out[-keep:]
 
 
 async def modprobe_remove(

@@ -20,6 +20,7 @@ from dataclasses import replace
 from rdmad.kernel.guardhook import driver_module, observe_hook
 from rdmad.kernel.modules import Modules
 from rdmad.kernel.pause import read_pause
+from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.usage import (
@@ -49,6 +50,7 @@ def observe(
     rdma_netlink: bool = True,
     no_netlink_reason: str = "netlink was not read",
     now: float | None = None,
+    peermem_probe: PeermemProbe | None = None,
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
@@ -93,7 +95,8 @@ def observe(
     why_no_modules = mods.loading_disabled_reason()
     if why_no_modules is not None:
         notes.append(why_no_modules)
-    modules = ModulesObserved(mods.loaded(), why_no_modules is not None)
+    facts = (peermem_probe or PeermemProbe()).facts(sysfs)
+    modules = ModulesObserved(mods.loaded(), why_no_modules is not None, facts)
     return Observed(
         netdevs=netdevs,
         pfs=pfs,

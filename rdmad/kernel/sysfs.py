@@ -81,6 +81,65 @@ class Sysfs:
                 return None
             raise
 
+    def read_bytes(self, rel: str) -> bytes | None:
+        """A whole file as bytes (module files, /proc/kallsyms); None when unreadable."""
+        try:
+            with open(self.path(rel), "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def stamp(self, rel: str) -> tuple[int, int] | None:
+        """(size, mtime in ns) of a file: tells a rewritten file (depmod, DKMS) apart."""
+        try:
+            st = os.stat(self.path(rel))
+        except OSError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    def open_kernel_log(self, *, at_end: bool = False) -> int | None:
+        """An fd on /dev/kmsg that never blocks; ``at_end``: only records written from now.
+
+        O_NONBLOCK makes a read stop with EAGAIN at the end of the buffer instead of
+        waiting for new records. None when unreadable (no CAP_SYSLOG, no /dev/kmsg).
+        A fake tree's dev/kmsg is a plain file of records.
+        """
+        try:
+            fd = os.open(self.path("dev/kmsg"), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return None
+        if at_end:
+            try:
+                os.lseek(fd, 0, os.SEEK_END)
+            except OSError:
+                os.close(fd)
+                return None
+        return fd
+
+    @staticmethod
+    def read_kernel_log(fd: int, limit: int = 20000) -> list[str]:
+        """Records from an ``open_kernel_log`` fd up to now, and close it.
+
+        EPIPE says records were overwritten while reading: skip on.
+        """
+        lines: list[str] = []
+        try:
+            for _ in range(limit):
+                try:
+                    chunk = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno == errno_mod.EPIPE:
+                        continue
+                    break
+                if not chunk:
+                    break
+                lines.extend(chunk.decode(errors="replace").splitlines())
+        finally:
+            os.close(fd)
+        return lines
+
     def read_int(self, rel: str) -> int | None:
         text = self.read(rel)
         if text is None:

@@ -107,7 +107,12 @@ class BindVfDriver(Action):
 
 @dataclass(frozen=True, slots=True)
 class LoadModule(Action):
+    """``modprobe module``. ``requires``: modules that must still be loaded when it runs,
+    else it is stale: modprobe loads dependencies, so a load planned before an RDMA
+    stack stop would otherwise bring back the ib_core the operator just removed."""
+
     module: str = ""
+    requires: tuple[str, ...] = ()
     kind: ClassVar[str] = "load-module"
 
     def describe(self) -> str:
@@ -178,6 +183,32 @@ class Waiting(Action):
 
     def describe(self) -> str:
         return f"waiting: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Degraded(Action):
+    """An object that is required and cannot be brought up now; says why.
+
+    Unlike a failed action (retried with backoff), nothing is retried: what it
+    needs must change first (e.g. ``[peermem] mode = "require"`` and no module).
+    """
+
+    kind: ClassVar[str] = "degraded"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"degraded: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Note(Action):
+    """Something worth saying about an object that is converged (e.g. peermem loaded)."""
+
+    kind: ClassVar[str] = "note"
+    changes_kernel: ClassVar[bool] = False
+
+    def describe(self) -> str:
+        return f"note: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from rdmad.peermem import Held, PeermemFacts
+
 # --- observed state (what the kernel shows) --------------------------------------------
 
 
@@ -133,6 +135,8 @@ class RdmaLinkObserved:
 class ModulesObserved:
     loaded: frozenset[str] = frozenset()
     loading_disabled: bool = False  # /proc/sys/kernel/modules_disabled = 1
+    # GPUDirect peer memory: what decides whether and which module to load (rdmad.peermem).
+    peermem: PeermemFacts = field(default_factory=PeermemFacts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +207,9 @@ class PlanState:
     # VF attributes a driver refused as unsupported, not retried until the config or
     # the PF's driver changes.
     unsupported: frozenset[UnsupportedKey] = frozenset()
+    # A peermem load that failed for a lasting reason: not retried while the facts it
+    # failed on are the same (rdmad.peermem.decide).
+    peermem_held: Held | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmad.model.actions import Action, Blocked, InUseDrift, Unsupported
+from rdmad.model.actions import Action, Blocked, Degraded, InUseDrift, Note, Unsupported
 
 # --- status ------------------------------------------------------------------------------
 
@@ -114,8 +114,9 @@ _NOTE_STATES: tuple[tuple[type[Action], ObjectState], ...] = (
 def summarize(objects: list[str], actions: list[Action]) -> list[ObjectStatus]:
     """Per declared object: converged when the plan has nothing for it.
 
-    Blocked beats pending (actions or waiting) beats the notes that leave an object
-    otherwise converged (drift on an in-use VF, an attribute the driver refuses).
+    Degraded (required, cannot be had now) beats blocked beats pending (actions or
+    waiting) beats the notes that leave an object otherwise converged (drift on an
+    in-use VF, an attribute the driver refuses); a plain ``Note`` is converged.
     """
     result = []
     for obj in objects:
@@ -124,9 +125,17 @@ def summarize(objects: list[str], actions: list[Action]) -> list[ObjectStatus]:
             result.append(ObjectStatus(obj, ObjectState.CONVERGED))
             continue
         blocked = [a for a in mine if isinstance(a, Blocked)]
+        degraded = [a for a in mine if isinstance(a, Degraded)]
         notes = {t: [a for a in mine if isinstance(a, t)] for t, _ in _NOTE_STATES}
-        active = [a for a in mine if not isinstance(a, Blocked | InUseDrift | Unsupported)]
-        if blocked:
+        plain = [a for a in mine if isinstance(a, Note)]
+        active = [
+            a
+            for a in mine
+            if not isinstance(a, Blocked | Degraded | InUseDrift | Unsupported | Note)
+        ]
+        if degraded:
+            result.append(ObjectStatus(obj, ObjectState.DEGRADED, degraded[0].reason))
+        elif blocked:
             result.append(ObjectStatus(obj, ObjectState.BLOCKED, blocked[0].reason))
         elif active:
             result.append(ObjectStatus(obj, ObjectState.PENDING, active[0].reason))
@@ -136,4 +145,7 @@ def summarize(objects: list[str], actions: list[Action]) -> list[ObjectStatus]:
                     msg = "; ".join(a.reason for a in notes[kind])
                     result.append(ObjectStatus(obj, state, msg))
                     break
+            else:
+                msg = "; ".join(a.reason for a in plain)
+                result.append(ObjectStatus(obj, ObjectState.CONVERGED, msg))
     return result

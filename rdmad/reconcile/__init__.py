@@ -23,12 +23,17 @@ Rules, each with a test in tests/unit/test_reconcile.py:
 * The modprobe.d guard hook guards the drivers of PFs with ``driver_guard`` (and
   rdma_rxe when rxe links are declared); while a guarded stop is in progress nothing
   loads a module or creates an rxe link (``guard.py``).
+* The peer-memory module (nvidia-peermem / nvidia-p2p) is loaded when the GPU
+  driver and the RDMA core are loaded and it is not, unless a finding says it
+  cannot be (``peermem.py``); never unloaded.
 """
 
 from __future__ import annotations
 
 from rdmad.model import Action, Desired, Observed, PlanState
 from rdmad.reconcile.guard import plan_guard, stand_back
+from rdmad.reconcile.peermem import declared as peermem_declared
+from rdmad.reconcile.peermem import plan_peermem
 from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
 from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
 
@@ -39,12 +44,17 @@ def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]
     for spec in desired.sriov:
         actions.extend(plan_sriov(spec, observed, state, claimed))
     actions.extend(plan_rxe(desired, observed, state))
+    actions.extend(plan_peermem(desired.peermem, observed, state))
     actions.extend(plan_guard(desired, observed))
     return stand_back(actions, observed)
 
 
 def declared_objects(desired: Desired) -> list[str]:
-    return [s.obj for s in desired.sriov] + [r.obj for r in desired.rxe]
+    return (
+        [s.obj for s in desired.sriov]
+        + [r.obj for r in desired.rxe]
+        + peermem_declared(desired.peermem)
+    )
 
 
 __all__ = ["NETLINK_ATTRS", "RXE_MODULE", "declared_objects", "find_netdev", "find_pf", "plan"]

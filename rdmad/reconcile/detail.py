@@ -19,9 +19,11 @@ from rdmad.model import (
     AttrStatus,
     BindVfDriver,
     Blocked,
+    Degraded,
     Desired,
     InUseDrift,
     NetdevObserved,
+    Note,
     ObjectDetail,
     ObjectState,
     Observed,
@@ -38,6 +40,9 @@ from rdmad.model import (
     VfStatus,
     Waiting,
 )
+from rdmad.peermem import dmabuf_finding, modprobe_name, preflight
+from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
+from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.rxe import find_netdev
 from rdmad.reconcile.sriov import (
     bound_as_declared,
@@ -77,6 +82,8 @@ def describe(
         out[spec.obj] = _sriov(spec, observed, mine.get(spec.obj, ()))
     for rxe in desired.rxe:
         out[rxe.obj] = _rxe(rxe, observed, mine.get(rxe.obj, ()))
+    if PEERMEM_OBJ in mine or PEERMEM_OBJ in peermem_declared(desired.peermem):
+        out[PEERMEM_OBJ] = _peermem(desired, observed, mine.get(PEERMEM_OBJ, ()))
     for obj, acts in mine.items():
         if obj not in out:
             out[obj] = _undeclared(obj, observed, acts)
@@ -382,6 +389,39 @@ def _link(observed: Observed, name: str) -> dict[str, Any]:
     if link is None:
         return {}
     return {"name": link.name, "netdev": link.netdev, "usage": link.usage.state.value}
+
+
+def _peermem(desired: Desired, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:
+    """The peer-memory module: which one, whether loaded, and the findings about it."""
+    facts = observed.modules.peermem
+    loaded = facts.loaded_module()
+    installed = facts.module()
+    module = loaded or (installed.name if installed is not None else None)
+    findings = [*preflight(facts)] if loaded is None else []
+    dmabuf = dmabuf_finding(facts)
+    if dmabuf is not None:
+        findings.append(dmabuf)
+    degraded = next((a.reason for a in actions if isinstance(a, Degraded)), None)
+    if degraded is not None:
+        verdict: Verdict = (ObjectState.DEGRADED, degraded)
+    else:
+        verdict = _rxe_verdict(actions, same=loaded is not None)
+        if verdict[0] is ObjectState.PENDING and verdict[1] == DIFFERS:
+            note = next((a.reason for a in actions if isinstance(a, Note)), "")
+            verdict = (ObjectState.CONVERGED, note)
+    state, reason = verdict
+    return ObjectDetail(
+        kind="peermem",
+        desired={"mode": desired.peermem.mode},
+        observed={
+            "module": modprobe_name(module) if module else None,
+            "loaded": loaded is not None,
+            "gpu_driver": "nvidia" in facts.loaded,
+            "rdma_core": "ib_core" in facts.loaded,
+            "findings": [f.to_json() for f in findings],
+        },
+        attributes=(AttrStatus("loaded", True, loaded is not None, state, reason),),
+    )
 
 
 def _undeclared(obj: str, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:

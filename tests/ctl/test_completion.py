@@ -68,3 +68,9 @@ def test_history_objects_from_the_daemon(complete: Complete, api: ApiStub) -> No
 
 def test_no_daemon_no_objects(complete: Complete, short_dir: Path) -> None:
     assert complete(f"rdmad-ctl --socket {short_dir}/absent.sock history ") == []
+
+
+def test_doctor_and_its_options(complete: Complete) -> None:
+    assert complete("rdmad-ctl do") == ["doctor"]
+    assert complete("rdmad-ctl doctor --r") == ["--root"]
+    assert complete("rdmad-ctl doctor --c") == ["--config"]

@@ -19,7 +19,7 @@ from tests.ctl.conftest import BOOT_ID, NOW, ApiStub, Result, ctl
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("RDMAD_UPDATE_GOLDEN") == "1"
 
-STATUS_CASES = ["converged", "blocked", "unsupported", "degraded"]
+STATUS_CASES = ["converged", "blocked", "unsupported", "degraded", "peermem"]
 
 
 def check_golden(name: str, argv: list[str], result: Result, tmp: Path) -> None:

@@ -104,3 +104,40 @@ async def test_failure_without_stderr_names_the_exit_status(tmp_path: Path) -> N
     prog.chmod(0o755)
     with pytest.raises(KernelError, match="quiet-modprobe exited with status 3"):
         await modprobe_remove("x", sysfs=Sysfs(tmp_path), program=str(prog))
+
+
+async def test_insert_failure_carries_the_kernel_log_written_during_it(tmp_path: Path) -> None:
+    """modprobe says "see dmesg"; the error carries what the kernel said during this load
+    only (an old line from an earlier attempt stays out)."""
+    fs = FakeSysfs(tmp_path)
+    old = "4,900,1000,-;nvidia_peermem: Unknown symbol ib_query_port (err -2)"
+    fs.write("dev/kmsg", old)
+    prog = tmp_path / "fake-modprobe"
+    prog.write_text(
+        "#!/bin/sh\n"
+        f"echo '4,1043,81234567,-;nvidia_peermem: disagrees about version of symbol "
+        f"ib_register_peer_memory_client' >> {tmp_path}/dev/kmsg\n"
+        f"echo '6,1044,81234568,-;eth0: link up' >> {tmp_path}/dev/kmsg\n"
+        "echo \"modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument\" >&2\n"
+        "exit 1\n"
+    )
+    prog.chmod(0o755)
+    with pytest.raises(KernelError) as info:
+        await modprobe("nvidia-peermem", sysfs=Sysfs(tmp_path), program=str(prog))
+    text = str(info.value)
+    assert text == (
+        "modprobe nvidia-peermem: modprobe: ERROR: could not insert 'nvidia_peermem': "
+        "Invalid argument; kernel log: nvidia_peermem: disagrees about version of symbol "
+        "ib_register_peer_memory_client"
+    )
+
+
+async def test_insert_failure_without_a_readable_kernel_log_is_modprobes_words(
+    tmp_path: Path,
+) -> None:
+    FakeSysfs(tmp_path)  # no dev/kmsg
+    prog = tmp_path / "fake-modprobe"
+    prog.write_text("#!/bin/sh\necho 'modprobe: ERROR: could not insert' >&2\nexit 1\n")
+    prog.chmod(0o755)
+    with pytest.raises(KernelError, match=r"could not insert$"):
+        await modprobe("nvidia-peermem", sysfs=Sysfs(tmp_path), program=str(prog))

@@ -183,6 +183,17 @@ class FakeSysfs:
         for key, value in params.items():
             self.write(f"sys/module/{name}/parameters/{key}", value)
 
+    def builtin_module(self, name: str, **params: str) -> None:
+        """A built-in: /sys/module/NAME (parameters only), no initstate, no holders."""
+        (self.root / f"sys/module/{name}").mkdir(parents=True, exist_ok=True)
+        for key, value in params.items():
+            self.write(f"sys/module/{name}/parameters/{key}", value)
+
+    def proc_modules(self, *names: str) -> None:
+        """/proc/modules listing NAMEs as Live (what the kernel lists: loadable ones)."""
+        lines = [f"{n} 16384 0 - Live 0x0000000000000000" for n in names]
+        self.write("proc/modules", "\n".join(lines))
+
     def process(self, pid: int, comm: str, *open_files: str) -> None:
         self.write(f"proc/{pid}/comm", comm)
         (self.root / f"proc/{pid}/fd").mkdir(parents=True, exist_ok=True)
@@ -190,7 +201,70 @@ class FakeSysfs:
             self.link(f"proc/{pid}/fd/{fd}", target)
 
 
-# --- ready-made trees ---------------------------------------------------------------------
+# --- ready-made trees ---
+
+RELEASE = "6.1.0-26-amd64"
+PEERMEM_KO = "updates/dkms/nvidia-peermem.ko"
+SIGNED = b"\x7fELF...module body...~Module signature appended~\n"
+UNSIGNED = b"\x7fELF...module body..."
+
+
+def gpu_node(
+    root: Path,
+    *,
+    loaded: tuple[str, ...] = ("nvidia", "ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib"),
+    builtin: tuple[str, ...] = (),
+    installed: dict[str, bytes] | None = None,
+    modules_dep: bool = True,
+    kallsyms: tuple[str, ...] | None = (
+        "ib_register_client",
+        "ib_register_peer_memory_client",  # a MOFED/DOCA ib_core
+        "ib_umem_dmabuf_get",
+    ),
+    sig_enforce: bool = False,
+    nvidia_taint: str = "PO",
+    release: str = RELEASE,
+) -> FakeSysfs:
+    """A GPU + RDMA node as rdmad.peermem reads it: the running kernel's release,
+    /proc/modules and /sys/module (built-ins without initstate or holders), the
+    module tree with modules.dep, /proc/kallsyms, signature enforcement, nvidia's taint.
+
+    ``installed``: module path under /lib/modules/RELEASE -> file bytes (default: a
+    signed nvidia-peermem that needs the peer-memory API). ``kallsyms`` None:
+    unreadable (no such file).
+    """
+    fs = FakeSysfs(root)
+    fs.write("proc/sys/kernel/osrelease", release)
+    for mod in loaded:
+        fs.module(mod)
+    for mod in builtin:
+        fs.builtin_module(mod)
+    fs.proc_modules(*loaded)
+    if "nvidia" in loaded:
+        fs.write("sys/module/nvidia/taint", nvidia_taint)
+    fs.write("sys/module/module/parameters/sig_enforce", "Y" if sig_enforce else "N")
+    files = (
+        installed
+        if installed is not None
+        else {PEERMEM_KO: b"ib_register_peer_memory_client" + SIGNED}
+    )
+    base = f"lib/modules/{release}"
+    (fs.root / base / "kernel").mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        path = fs.root / base / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    if modules_dep:
+        deps = [f"{rel}: kernel/drivers/infiniband/core/ib_core.ko" for rel in files]
+        deps.append("kernel/drivers/infiniband/core/ib_core.ko:")
+        fs.write(f"{base}/modules.dep", "\n".join(deps))
+    if kallsyms is not None:
+        lines = [f"ffffffffc0{i:06x} T {s}\t[ib_core]" for i, s in enumerate(kallsyms)]
+        fs.write("proc/kallsyms", "\n".join(["ffffffff81000000 T _stext", *lines]))
+    return fs
+
+
+# ------------------------------------------------------------------------------------------
 
 MLX5_PF = "0000:3b:00.0"
 MLX5_VFS = ("0000:3b:00.2", "0000:3b:00.3", "0000:3b:00.4", "0000:3b:00.5")

@@ -1,0 +1,19 @@
+"""``rdmad-ctl doctor``: what stands between this node and RDMA / GPUDirect, read-only.
+
+It loads, unloads and writes nothing, needs no daemon, no root and no tool (modprobe,
+modinfo, ip, rdma): it reads /sys, /proc and /lib/modules directly and says what it
+could not read and why. Standard library only (and ``rdmad.peermem``, which is too), so
+rdmad-ctl stays fast and the doctor runs where rdmad's own dependencies are broken.
+
+* ``fs``: the read-only root, remembering what it was refused;
+* ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV);
+* ``report``: the checks as a table and as JSON, and the exit code.
+"""
+
+from __future__ import annotations
+
+from rdmad.doctor.checks import run_checks
+from rdmad.doctor.fs import Root
+from rdmad.doctor.report import Check, Report
+
+__all__ = ["Check", "Report", "Root", "run_checks"]

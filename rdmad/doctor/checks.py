@@ -1,0 +1,420 @@
+"""The doctor's checks: one function per question, each a ``Check`` from what the
+host shows. Read-only: nothing here writes, loads or runs anything.
+
+Sources (FIELD.md, seeds 002 and 003): /proc/cmdline and /sys/kernel/iommu_groups/*/type
+for the IOMMU mode; /sys/class/infiniband/DEV/ports/N/link_layer per port;
+/sys/module/NAME (a built-in has no initstate and no holders) and
+/sys/module/mlx5_core/version (MOFED >= 23.10 for GPUDirect, seed 002);
+/lib/modules/RELEASE for what could be loaded; the rdmad config, read with tomllib,
+for the declared PFs and [peermem] mode.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections import Counter
+from typing import Any
+
+from rdmad import peermem
+from rdmad.doctor.fs import Root
+from rdmad.doctor.report import Check, Report
+
+MOFED_MIN = (23, 10)  # seed 002: "Mellanox OFED drivers version 23.10 or above"
+MELLANOX = "0x15b3"
+TRANSLATED = ("DMA", "DMA-FQ")
+DEFAULT_CONFIG = "/etc/rdmad"
+
+
+def run_checks(fs: Root, config: str | None = DEFAULT_CONFIG) -> Report:
+    cfg, cfg_note = read_config(config)
+    log = fs.kernel_log()
+    notes = []
+    if log is None:
+        notes.append(
+            "the kernel log (/dev/kmsg) was not readable: failures only it explains "
+            "(symbol versions, the IOMMU default domain) are not checked"
+        )
+    release = fs.read("proc/sys/kernel/osrelease")
+    checks = [
+        rdma_devices(fs),
+        drivers(fs),
+        iommu(fs, log or []),
+        module_loading(fs),
+        peermem_check(fs, str(cfg.get("peermem", {}).get("mode", "auto")), log or []),
+        rxe(fs, release),
+        sriov(fs, cfg, cfg_note),
+    ]
+    if release:
+        notes.insert(0, f"kernel {release}")
+    unread = tuple(f"{path}: {why}" for path, why in sorted(fs.refused.items()))
+    return Report(tuple(checks), unread, tuple(notes))
+
+
+# --- config -----------------------------------------------------------------------------
+
+
+def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
+    """The declared [peermem] and [[sriov]] of rdmad's config (merged as rdmad merges
+    them: key by key for [peermem], later PF entries win); a note when unreadable."""
+    if where is None:
+        return {}, "no config given"
+    if os.path.isdir(where):
+        files = (
+            [os.path.join(where, "rdmad.toml")]
+            if os.path.exists(os.path.join(where, "rdmad.toml"))
+            else []
+        )
+        drop = os.path.join(where, "rdmad.d")
+        if os.path.isdir(drop):
+            try:
+                names = sorted(n for n in os.listdir(drop) if n.endswith(".toml"))
+            except OSError as exc:
+                return {}, f"{drop}: {exc.strerror}"
+            files += [os.path.join(drop, n) for n in names]
+    elif os.path.exists(where):
+        files = [where]
+    else:
+        return {}, f"no config: {where} does not exist"
+    merged: dict[str, Any] = {"peermem": {}, "sriov": {}}
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except OSError as exc:
+            return {}, f"{path}: {exc.strerror}"
+        except tomllib.TOMLDecodeError as exc:
+            return {}, f"{path}: not valid TOML: {exc}"
+        pm = doc.get("peermem")
+        if isinstance(pm, dict):
+            merged["peermem"].update(pm)
+        for entry in doc.get("sriov", []) if isinstance(doc.get("sriov"), list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("pf"), dict):
+                key = tuple(sorted((str(k), str(v)) for k, v in entry["pf"].items()))
+                merged["sriov"][key] = {**merged["sriov"].get(key, {}), **entry}
+    merged["sriov"] = list(merged["sriov"].values())
+    if not files:
+        return merged, f"no config files in {where}"
+    return merged, None
+
+
+# --- RDMA devices and drivers -------------------------------------------------------------
+
+
+def rdma_devices(fs: Root) -> Check:
+    devices = fs.listdir("sys/class/infiniband")
+    if not devices:
+        unbound = [
+            pci
+            for pci in fs.listdir("sys/bus/pci/devices")
+            if fs.read(f"sys/bus/pci/devices/{pci}/vendor") == MELLANOX
+            and not fs.exists(f"sys/bus/pci/devices/{pci}/driver")
+        ]
+        unbound_lines = tuple(
+            f"{pci}: Mellanox/NVIDIA function with no driver bound" for pci in unbound
+        )
+        return Check(
+            "rdma-devices",
+            "fail",
+            "no RDMA device"
+            + (f" ({len(unbound)} ConnectX function(s) unbound)" if unbound else ""),
+            unbound_lines or ("/sys/class/infiniband is empty",),
+            "bind the NIC's driver (mlx5_core + mlx5_ib), or declare an rxe link "
+            "([[rxe]] in rdmad.toml) for Soft-RoCE",
+        )
+    evidence: list[str] = []
+    layers: Counter[str] = Counter()
+    for dev in devices:
+        base = f"sys/class/infiniband/{dev}"
+        driver = fs.link_name(f"{base}/device/driver") or (
+            "rxe" if fs.exists(f"{base}/parent") else "?"
+        )
+        ports = []
+        for port in fs.listdir(f"{base}/ports"):
+            layer = fs.read(f"{base}/ports/{port}/link_layer") or "?"
+            state = (fs.read(f"{base}/ports/{port}/state") or "?").split(":")[-1].strip()
+            layers[layer] += 1
+            ports.append(f"port {port} {layer} {state}")
+        evidence.append(f"{dev} ({driver}): " + (", ".join(ports) or "no ports"))
+    summary = f"{len(devices)} device(s): " + ", ".join(
+        f"{n} {k}" for k, n in sorted(layers.items())
+    )
+    return Check("rdma-devices", "ok", summary, tuple(evidence))
+
+
+def module_state(fs: Root, name: str) -> str:
+    """ "module" (loaded), "built-in" (no initstate, no holders), "coming"/"going", "absent"."""
+    if not fs.exists(f"sys/module/{name}"):
+        return "absent"
+    state = fs.read(f"sys/module/{name}/initstate")
+    if state is None:
+        return "built-in"
+    return "module" if state == "live" else state
+
+
+def drivers(fs: Root) -> Check:
+    evidence = []
+    status = "ok"
+    suggestion = ""
+    for name in ("ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib"):
+        state = module_state(fs, name)
+        version = fs.read(f"sys/module/{name}/version")
+        evidence.append(f"{name}: {state}" + (f", version {version}" if version else ""))
+    mlx5 = module_state(fs, "mlx5_core")
+    version = fs.read("sys/module/mlx5_core/version")
+    if mlx5 == "absent":
+        summary = "no mlx5 driver (no ConnectX in use)"
+        status = "info"
+    elif version is None:
+        summary = f"mlx5_core {mlx5}, inbox (no MOFED/DOCA version)"
+        status = "info"
+    else:
+        m = re.match(r"(\d+)\.(\d+)", version)
+        mofed = (int(m.group(1)), int(m.group(2))) if m else None
+        summary = f"mlx5_core {mlx5}, MOFED/DOCA {version}"
+        if mofed is not None and mofed < MOFED_MIN:
+            status = "warn"
+            summary += f" (older than {MOFED_MIN[0]}.{MOFED_MIN[1]})"
+            suggestion = (
+                "GPUDirect RDMA needs MOFED/DOCA 23.10 or newer: upgrade it, then rebuild "
+                "the GPU driver's DKMS modules"
+            )
+    return Check("drivers", status, summary, tuple(evidence), suggestion)  # type: ignore[arg-type]
+
+
+# --- IOMMU --------------------------------------------------------------------------------
+
+
+def iommu(fs: Root, log: list[str]) -> Check:
+    cmdline = fs.read("proc/cmdline")
+    tokens = cmdline.split() if cmdline is not None else []
+    flags = [t for t in tokens if "iommu" in t]
+    groups = fs.listdir("sys/kernel/iommu_groups")
+    types = Counter(fs.read(f"sys/kernel/iommu_groups/{g}/type") or "?" for g in groups)
+    evidence = [f"/proc/cmdline: {' '.join(flags) or 'no iommu options'}"]
+    if cmdline is None:
+        evidence = ["/proc/cmdline not readable"]
+    if groups:
+        evidence.append(
+            f"{len(groups)} IOMMU group(s): "
+            + ", ".join(f"{n} {t}" for t, n in types.most_common())
+        )
+    default = [peermem.kmsg_text(r) for r in log if "Default domain type" in r]
+    if default:
+        evidence.append(f"kernel: {default[-1].strip()}")
+    rdma_types = {}
+    for dev in fs.listdir("sys/class/infiniband"):
+        group = fs.link_name(f"sys/class/infiniband/{dev}/device/iommu_group")
+        if group is not None:
+            rdma_types[dev] = fs.read(f"sys/kernel/iommu_groups/{group}/type") or "?"
+    for dev, t in sorted(rdma_types.items()):
+        evidence.append(f"{dev}: IOMMU group type {t}")
+    fix = (
+        "add iommu=pt to the kernel command line (keeps the IOMMU for isolation, no "
+        "translation for host devices), then reboot"
+    )
+    translated = sorted(d for d, t in rdma_types.items() if t in TRANSLATED)
+    if translated:
+        return Check(
+            "iommu",
+            "warn",
+            f"translated DMA for {', '.join(translated)}: RDMA may fail with IBV_WC_LOC_PROT_ERR",
+            tuple(evidence),
+            fix,
+        )
+    if not groups:
+        return Check("iommu", "info", "no IOMMU groups (IOMMU off or unused)", tuple(evidence))
+    if "iommu=pt" in tokens or "iommu.passthrough=1" in tokens or rdma_types:
+        return Check(
+            "iommu",
+            "ok",
+            "passthrough (iommu=pt)"
+            if "iommu=pt" in tokens
+            else "RDMA devices are in passthrough (identity) groups",
+            tuple(evidence),
+        )
+    if any(t in TRANSLATED for t in types):
+        return Check(
+            "iommu",
+            "warn",
+            "translated default domain and no iommu=pt",
+            tuple(evidence),
+            fix,
+        )
+    return Check("iommu", "ok", "identity (passthrough) groups", tuple(evidence))
+
+
+# --- modules ------------------------------------------------------------------------------
+
+
+def module_loading(fs: Root) -> Check:
+    disabled = fs.read("proc/sys/kernel/modules_disabled")
+    sig = fs.read("sys/module/module/parameters/sig_enforce")
+    evidence = [
+        f"/proc/sys/kernel/modules_disabled = {disabled if disabled is not None else '?'}",
+        f"/sys/module/module/parameters/sig_enforce = {sig if sig is not None else '?'}",
+    ]
+    if disabled == "1":
+        return Check(
+            "module-loading",
+            "warn",
+            "disabled until reboot: modules not loaded now (peermem, rdma_rxe, drivers) cannot be",
+            tuple(evidence),
+            "load what RDMA needs before modules_disabled is set (modules-load.d), or reboot",
+        )
+    if disabled is None and not fs.exists("proc/modules"):
+        return Check(
+            "module-loading", "info", "the kernel has no loadable module support", tuple(evidence)
+        )
+    if disabled is None:
+        return Check("module-loading", "unknown", "modules_disabled not readable", tuple(evidence))
+    summary = "allowed" + (", signatures enforced" if sig == "Y" else "")
+    return Check("module-loading", "ok", summary, tuple(evidence))
+
+
+def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
+    if mode not in ("auto", "require", "off"):
+        mode = "auto"
+    facts = peermem.gather(fs, full=True, kernel_log=log)
+    decision = peermem.decide(mode, facts)  # type: ignore[arg-type]
+    findings = list(decision.findings)
+    if decision.verdict not in ("loaded", "off"):
+        for f in peermem.log_findings(facts.kernel_log):
+            if f.id not in {x.id for x in findings}:
+                findings.append(f)
+    evidence = [
+        f"nvidia: {'loaded' if 'nvidia' in facts.loaded else 'not loaded'}; "
+        f"ib_core: {'loaded' if 'ib_core' in facts.loaded else 'not loaded'}",
+        "installed: "
+        + (", ".join(f"{m.path}" for m in facts.files) or "no nvidia-peermem / nvidia-p2p"),
+    ]
+    if facts.peer_api is not None:
+        evidence.append(f"ib_core {'exports' if facts.peer_api else 'lacks'} {peermem.PEER_API}")
+    evidence += [f.evidence for f in findings]
+    suggestion = "; ".join(f.suggestion for f in findings if f.severity != "info")
+    info = [f for f in findings if f.severity == "info"]
+    blocking = [f for f in findings if f.severity == "blocking"]
+    v = decision.verdict
+    if v == "off":
+        status, summary = "info", "[peermem] mode = off"
+    elif v == "loaded":
+        status, summary = "ok", decision.reason
+    elif v == "not-needed":
+        status, summary = "info", f"not needed now: {decision.reason}"
+    elif v == "waiting":
+        status, summary = "warn", f"required, but {decision.reason}"
+    elif v == "load":
+        status = "warn" if not blocking else "fail"
+        summary = f"{peermem.modprobe_name(decision.module or '')} installed, not loaded"
+        suggestion = (
+            suggestion
+            or "rdmad loads it (or: modprobe " + peermem.modprobe_name(decision.module or "") + ")"
+        )
+    else:
+        name = peermem.modprobe_name(decision.module or peermem.CANDIDATES[0])
+        ids = ", ".join(f.id for f in blocking) or "see the kernel log"
+        if info and mode != "require":
+            status, summary = "info", f"{name} cannot be loaded ({ids}); DMA-BUF works without it"
+        else:
+            status, summary = "fail", f"{name} cannot be loaded ({ids})"
+    if info:
+        suggestion = "; ".join(
+            [*([suggestion] if suggestion else []), *(f.suggestion for f in info)]
+        )
+    return Check(
+        "peermem",
+        status,  # type: ignore[arg-type]
+        summary,
+        tuple(evidence),
+        suggestion,
+        tuple(f.to_json() for f in findings),
+    )
+
+
+def rxe(fs: Root, release: str | None) -> Check:
+    state = module_state(fs, "rdma_rxe")
+    if state in ("module", "built-in"):
+        return Check("rxe", "ok", f"rdma_rxe {'loaded' if state == 'module' else state}")
+    if release is None:
+        return Check("rxe", "unknown", "running kernel release not readable")
+    base = f"lib/modules/{release}"
+    builtin = fs.read(f"{base}/modules.builtin") or ""
+    if re.search(r"(^|/)rdma_rxe\.ko", builtin, re.M):
+        return Check("rxe", "ok", "rdma_rxe built in")
+    if not fs.exists(base):
+        return Check("rxe", "info", f"no modules for the running kernel (/{base} missing)")
+    dep = fs.read(f"{base}/modules.dep")
+    if dep is not None and peermem.parse_modules_dep(dep, ["rdma_rxe"]):
+        return Check("rxe", "ok", "rdma_rxe available (not loaded; rdmad loads it for [[rxe]])")
+    if dep is None:
+        return Check("rxe", "unknown", f"/{base}/modules.dep not readable")
+    return Check(
+        "rxe",
+        "info",
+        "no rdma_rxe module for this kernel: Soft-RoCE unavailable",
+        (f"/{base}/modules.dep has no rdma_rxe",),
+        "install the distribution's extra kernel modules (e.g. linux-modules-extra)",
+    )
+
+
+# --- SR-IOV -------------------------------------------------------------------------------
+
+
+def sriov(fs: Root, cfg: dict[str, Any], note: str | None) -> Check:
+    pfs = cfg.get("sriov", [])
+    if note is not None and not pfs:
+        status = "info" if note.startswith("no config") else "unknown"  # nothing declared
+        return Check("sriov", status, f"declared PFs not checked: {note}")  # type: ignore[arg-type]
+    if not pfs:
+        return Check("sriov", "info", "no PF declared")
+    evidence, bad = [], []
+    for entry in pfs:
+        ref = entry["pf"]
+        want = entry.get("numvfs")
+        label = ", ".join(f"{k}={v}" for k, v in ref.items())
+        pci = resolve_pf(fs, ref)
+        if pci is None:
+            bad.append(label)
+            evidence.append(f"pf {label}: not present")
+            continue
+        base = f"sys/bus/pci/devices/{pci}"
+        total = fs.read(f"{base}/sriov_totalvfs")
+        driver = fs.link_name(f"{base}/driver")
+        if total is None:
+            bad.append(label)
+            evidence.append(f"pf {label} ({pci}): not SR-IOV capable (no sriov_totalvfs)")
+            continue
+        line = f"pf {label} ({pci}, {driver or 'no driver'}): up to {total} VFs"
+        if isinstance(want, int) and want > int(total):
+            bad.append(label)
+            line += f", {want} declared"
+        evidence.append(line)
+    if bad:
+        return Check(
+            "sriov",
+            "fail",
+            f"{len(bad)} of {len(pfs)} declared PF(s) cannot take their VFs",
+            tuple(evidence),
+            "check the PF references in rdmad.toml (by PCI address is safest) and that "
+            "SR-IOV is enabled in the firmware/BIOS",
+        )
+    return Check("sriov", "ok", f"{len(pfs)} declared PF(s) SR-IOV capable", tuple(evidence))
+
+
+def resolve_pf(fs: Root, ref: dict[str, Any]) -> str | None:
+    if "pci" in ref:
+        pci = str(ref["pci"]).lower()
+        return pci if fs.exists(f"sys/bus/pci/devices/{pci}") else None
+    for name in fs.listdir("sys/class/net"):
+        if "name" in ref and name != ref["name"]:
+            continue
+        if (
+            "mac" in ref
+            and (fs.read(f"sys/class/net/{name}/address") or "").lower() != str(ref["mac"]).lower()
+        ):
+            continue
+        dev = fs.link_name(f"sys/class/net/{name}/device")
+        if dev is not None:
+            return dev
+    return None

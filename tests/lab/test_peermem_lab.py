@@ -1,0 +1,157 @@
+"""Issue #23 on a real 6.1 kernel: rdmad loads the (dummy) nvidia-peermem when the GPU
+driver and the RDMA core are both there, again after an RDMA stack restart, and when
+module loading is disabled says so without retrying.
+
+The image's dummy ``nvidia-peermem`` depends on ``ib_core`` and ``nvidia`` (LAB.md)
+and does not use the peer-memory API, so an inbox 6.1 ib_core can load it. rdmad runs
+as the systemd service; the drift timer cannot fire in (a) and (b), so whatever loads
+peermem there is an event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import Guest
+from service import (
+    DEBUG_LOG,
+    ctl,
+    ctl_status,
+    history,
+    history_entries,
+    start,
+    stop_and_forget,
+    wait_passes,
+)
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+
+EVENT_DEADLINE = 30.0  # bound of a wait, not a measurement (bench/bench_peermem.py measures)
+LOADED = "grep -q '^nvidia_peermem ' /proc/modules"
+# The RDMA stack as openibd stops it: peermem first (it holds ib_core), then ib_core's
+# other holders, then ib_core. Retried (bounded) because rdmad may reload peermem
+# between the steps: that is the very race this feature is about. peermem goes with
+# rmmod: `modprobe -r` would also unload the dummy nvidia as an unused dependency,
+# which a real GPU driver (held by nvidia_uvm, nvidia_modeset, processes) never is.
+STACK_STOP = """
+for i in $(seq 1 20); do
+  rmmod nvidia_peermem 2>/dev/null
+  for m in $(ls /sys/module/ib_core/holders 2>/dev/null); do modprobe -r "$m" 2>/dev/null; done
+  modprobe -r ib_core 2>/dev/null
+  [ -e /sys/module/ib_core ] || exit 0
+done
+echo "ib_core still loaded: $(ls /sys/module/ib_core/holders)" >&2
+exit 1
+"""
+
+
+def config(mode: str, drift: str = "1h") -> str:
+    return "\n".join(
+        [
+            "[daemon]",
+            f'drift_interval = "{drift}"',
+            'settle = "150ms"',
+            DEBUG_LOG,
+            "",
+            "[peermem]",
+            f'mode = "{mode}"',
+            "",
+        ]
+    )
+
+
+def peermem_entries(g: Guest, event: str) -> list[dict[str, Any]]:
+    return [h for h in history(g) if h.get("obj") == "peermem" and h["event"] == event]
+
+
+def peermem_status(g: Guest) -> dict[str, Any]:
+    _, doc = ctl_status(g)
+    [obj] = [o for o in doc["objects"] if o["obj"] == "peermem"]
+    return obj
+
+
+def doctor(g: Guest, path: str | None = None) -> dict[str, Any]:
+    """`rdmad-ctl doctor --json` in the guest (exit 0 or 1), optionally with another PATH."""
+    env = f"env PATH={path} " if path else ""
+    exe = g.check("command -v rdmad-ctl").strip()
+    res = g.run(f"{env}{exe} doctor --json", timeout=120)
+    assert res.rc in (0, 1), res.describe()
+    doc: dict[str, Any] = json.loads(res.out)
+    assert doc["blocking"] is (res.rc == 1), res.describe()
+    return doc
+
+
+def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [c for c in doc["checks"] if c["check"] == name]
+    return found
+
+
+@pytest.fixture
+def rdmad(guest: Guest) -> Iterator[Guest]:
+    report = guest.install_rdmad()
+    assert report.unit_installed
+    guest.run("rm -rf /etc/rdmad /var/lib/rdmad; modprobe -r nvidia_peermem nvidia; true")
+    yield guest
+    stop_and_forget(guest)
+    guest.run(f"( {STACK_STOP} ); modprobe -r nvidia; true", timeout=180)
+
+
+def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad: Guest) -> None:
+    g = rdmad
+    g.check("modprobe ib_core")
+    start(g, config("auto"))
+    assert not g.module_loaded("nvidia_peermem")  # no GPU driver yet: not needed
+
+    # (a) The GPU driver arrives: its udev module event makes rdmad load peermem.
+    g.check("modprobe nvidia")
+    g.wait_for(LOADED, timeout=EVENT_DEADLINE)
+    [first] = history_entries(g, lambda h: h.get("obj") == "peermem" and h["event"] == "applied")
+    assert "modprobe nvidia-peermem" in first["what"] or "nvidia-peermem" in first["what"], first
+    assert "drift" not in first["cause"], first
+    status = peermem_status(g)
+    assert status["state"] == "converged", status
+    doc = doctor(g)
+    assert check(doc, "peermem")["status"] == "ok", doc
+    assert check(doc, "module-loading")["status"] == "ok", doc
+
+    # (b) An RDMA stack restart unloads peermem with ib_core; ib_core back -> peermem back.
+    g.check(STACK_STOP, timeout=180)
+    assert not g.module_loaded("nvidia_peermem")
+    assert g.module_loaded("nvidia")
+    g.check("modprobe ib_core")
+    g.wait_for(LOADED, timeout=EVENT_DEADLINE)
+    loads = history_entries(
+        g, lambda h: h.get("obj") == "peermem" and h["event"] == "applied", count=2
+    )
+    assert all("drift" not in h["cause"] for h in loads), loads
+    assert peermem_entries(g, "failed") == []
+
+
+def test_modules_disabled_is_reported_and_not_retried(fresh_guest: Guest) -> None:
+    """(c) modules_disabled = 1 (until reboot: a guest of its own): the finding is in
+    status, and rdmad's next drift passes run no modprobe at all."""
+    g = fresh_guest
+    assert g.install_rdmad().unit_installed
+    g.check("modprobe ib_core && modprobe nvidia")
+    g.check("echo 1 > /proc/sys/kernel/modules_disabled")
+    start(g, config("auto", drift="2s"))
+    wait_passes(g, 5)  # rdmad's own record of five more full passes
+    status = peermem_status(g)
+    assert status["state"] == "blocked", status
+    assert "modules-disabled" in status["reason"], status
+    attempts = peermem_entries(g, "applied") + peermem_entries(g, "failed")
+    assert attempts == [], attempts  # not even a first: the finding comes before modprobe
+    assert not g.module_loaded("nvidia_peermem")
+    table = ctl(g, "status")
+    assert "modules-disabled" in table.out, table.describe()
+    # The doctor, without the daemon and without any tool in PATH, says the same.
+    g.check("systemctl stop rdmad.service", timeout=360)
+    doc = doctor(g, path="/nonexistent")
+    assert doc["blocking"] is True, doc
+    peer = check(doc, "peermem")
+    assert peer["status"] == "fail", peer
+    assert peer["findings"][0]["id"] == "modules-disabled", peer
+    assert check(doc, "module-loading")["status"] == "warn", doc

@@ -1,0 +1,297 @@
+"""rdmad.peermem: facts from fake trees, the decision, and each finding from captured
+modprobe stderr and kernel log lines (kmod 30, kernel 6.1 wording)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdmad import peermem
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.peermem import Held, PeermemFacts, decide, diagnose, gather, preflight
+from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, UNSIGNED, gpu_node
+
+P2P_KO = "updates/dkms/nvidia-p2p.ko"
+DUMMY = b"ib_register_client" + UNSIGNED  # like the lab's dummy: no peer-memory API
+
+
+def facts_of(root: Path, **kw: object) -> PeermemFacts:
+    gpu_node(root, **kw)  # type: ignore[arg-type]
+    return gather(Sysfs(root))
+
+
+# --- facts --------------------------------------------------------------------------------
+
+
+def test_gathers_a_mofed_gpu_node(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, kallsyms=("ib_register_peer_memory_client", "ib_umem_dmabuf_get"))
+    assert f.release == RELEASE
+    assert {"nvidia", "ib_core", "mlx5_ib"} <= f.loaded
+    assert f.module() == peermem.ModuleFile(
+        "nvidia_peermem", PEERMEM_KO, signed=True, needs_peer_api=True, size=f.files[0].size
+    )
+    assert f.peer_api is True and f.dmabuf_symbol is True
+    assert f.open_gpu_modules is False  # "PO": the proprietary driver
+    assert f.loading_disabled is False and f.sig_enforce is False
+    assert f.unread == ()
+
+
+def test_builtin_ib_core_and_mlx5_count_as_loaded(tmp_path: Path) -> None:
+    # Built in: /sys/module/NAME without initstate or holders, absent from /proc/modules.
+    f = facts_of(
+        tmp_path,
+        loaded=("nvidia",),
+        builtin=("ib_core", "mlx5_core", "mlx5_ib"),
+        kallsyms=("ib_register_peer_memory_client",),
+    )
+    assert {"ib_core", "mlx5_core", "mlx5_ib"} <= f.builtin
+    assert {"nvidia", "ib_core"} <= f.loaded
+    assert decide("auto", f).verdict == "load"
+
+
+def test_iGPU_node_gets_nvidia_p2p(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, installed={P2P_KO: SIGNED})
+    assert f.module() is not None and f.module().name == "nvidia_p2p"  # type: ignore[union-attr]
+    d = decide("auto", f)
+    assert (d.verdict, d.module) == ("load", "nvidia_p2p")
+
+
+def test_peermem_preferred_when_both_are_installed(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, installed={P2P_KO: SIGNED, PEERMEM_KO: SIGNED})
+    assert [m.name for m in f.files] == ["nvidia_peermem", "nvidia_p2p"]
+
+
+def test_without_modules_dep_the_tree_is_searched(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, modules_dep=False)
+    assert not f.modules_dep
+    assert f.module() is not None and f.module().path == PEERMEM_KO  # type: ignore[union-attr]
+
+
+def test_unreadable_kallsyms_is_said_and_the_ib_core_file_is_asked(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, kallsyms=None)
+    assert any("kallsyms" in u for u in f.unread)
+    assert f.peer_api is None  # no readable ib_core.ko in the fake tree either: unknown
+
+
+def test_no_gpu_driver_reads_only_the_cheap_facts(tmp_path: Path) -> None:
+    gpu_node(tmp_path, loaded=("ib_core",))
+    f = gather(Sysfs(tmp_path), full=False)
+    assert not f.probed and f.files == ()
+    assert decide("auto", f).verdict == "not-needed"
+    d = decide("require", f)
+    assert d.verdict == "waiting" and "NVIDIA GPU driver" in d.reason
+
+
+# --- decision -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "loaded", "verdict"),
+    [
+        ("off", ("nvidia", "ib_core"), "off"),
+        ("auto", ("ib_core",), "not-needed"),
+        ("auto", ("nvidia",), "not-needed"),
+        ("require", ("nvidia",), "waiting"),
+        ("auto", ("nvidia", "ib_core"), "load"),
+        ("require", ("nvidia", "ib_core"), "load"),
+        ("auto", ("nvidia", "ib_core", "nvidia_peermem"), "loaded"),
+        ("auto", ("nvidia", "ib_core", "nvidia_p2p"), "loaded"),
+    ],
+)
+def test_decision_table(tmp_path: Path, mode: str, loaded: tuple[str, ...], verdict: str) -> None:
+    f = facts_of(tmp_path, loaded=loaded)
+    assert decide(mode, f).verdict == verdict  # type: ignore[arg-type]
+
+
+def test_modules_disabled_blocks_before_any_modprobe(tmp_path: Path) -> None:
+    fs = gpu_node(tmp_path)
+    fs.write("proc/sys/kernel/modules_disabled", "1")
+    d = decide("auto", gather(Sysfs(tmp_path)))
+    assert d.verdict == "cannot-load"
+    assert d.blocking is not None and d.blocking.id == "modules-disabled" and d.blocking.lasting
+
+
+def test_missing_module_file(tmp_path: Path) -> None:
+    d = decide("auto", facts_of(tmp_path, installed={}))
+    assert d.verdict == "cannot-load"
+    assert d.blocking is not None and d.blocking.id == "module-not-found"
+    assert f"/lib/modules/{RELEASE}" in d.blocking.evidence
+
+
+def test_signature_enforcement_with_an_unsigned_module(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, sig_enforce=True, installed={PEERMEM_KO: UNSIGNED})
+    assert [x.id for x in preflight(f)] == ["unsigned-module"]
+    assert preflight(facts_of(tmp_path / "b", sig_enforce=True)) == []  # signed: fine
+
+
+def test_inbox_ib_core_without_the_peer_memory_api(tmp_path: Path) -> None:
+    # The module needs ib_register_peer_memory_client; the inbox ib_core lacks it.
+    f = facts_of(tmp_path, kallsyms=("ib_register_client", "ib_umem_dmabuf_get"))
+    assert f.peer_api is False
+    d = decide("auto", f)
+    assert d.blocking is not None and d.blocking.id == "no-peer-memory-api"
+    assert "MOFED" in d.blocking.suggestion
+
+
+def test_a_module_that_does_not_need_the_api_loads_on_an_inbox_kernel(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, installed={PEERMEM_KO: DUMMY}, kallsyms=("ib_register_client",))
+    assert decide("auto", f).verdict == "load"
+
+
+def test_dmabuf_is_offered_with_open_gpu_modules_on_a_new_kernel(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, nvidia_taint="OE", installed={})
+    d = decide("auto", f)
+    ids = [x.id for x in d.findings]
+    assert ids == ["module-not-found", "dmabuf-available"]
+    assert "without a peer-memory module" in d.findings[1].suggestion
+    # The proprietary driver, or an old kernel: not offered.
+    assert peermem.dmabuf_finding(facts_of(tmp_path / "p", nvidia_taint="PO")) is None
+    assert (
+        peermem.dmabuf_finding(facts_of(tmp_path / "o", nvidia_taint="O", release="5.10.0-9"))
+        is None
+    )
+
+
+def test_a_held_failure_holds_while_the_facts_are_the_same(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, installed={PEERMEM_KO: DUMMY})
+    finding = diagnose(
+        "nvidia-peermem",
+        "modprobe: ERROR: could not insert 'nvidia_peermem': Key was rejected by service",
+    )
+    held = Held("nvidia_peermem", finding, f.fingerprint())
+    assert decide("auto", f, held).verdict == "cannot-load"
+    # ib_uverbs went away (an RDMA stack restart): the facts changed, try again.
+    moved = PeermemFacts(**{**_fields(f), "loaded": f.loaded - {"ib_uverbs"}})
+    assert decide("auto", moved, held).verdict == "load"
+
+
+def _fields(f: PeermemFacts) -> dict[str, object]:
+    return {k: getattr(f, k) for k in f.__slots__}  # type: ignore[attr-defined]
+
+
+# --- findings from modprobe's stderr and the kernel log --------------------------------------
+
+INSERT = "modprobe: ERROR: could not insert 'nvidia_peermem': "
+
+
+@pytest.mark.parametrize(
+    ("stderr", "log", "fid", "lasting"),
+    [
+        (
+            f"modprobe: FATAL: Module nvidia-peermem not found in directory /lib/modules/{RELEASE}",
+            [],
+            "module-not-found",
+            True,
+        ),
+        (
+            INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+            [
+                "4,1043,81234567,-;nvidia_peermem: disagrees about version of symbol "
+                "ib_register_peer_memory_client"
+            ],
+            "symbol-version-mismatch",
+            True,
+        ),
+        (
+            INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+            [
+                "4,1044,81234569,-;nvidia_peermem: Unknown symbol "
+                "ib_register_peer_memory_client (err -2)"
+            ],
+            "unknown-symbol",
+            True,
+        ),
+        (
+            INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+            ["4,1045,81234570,-;nvidia_peermem: unknown parameter 'peerdirect_support' ignored"],
+            "invalid-parameter",
+            True,
+        ),
+        (
+            INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+            [],
+            "unknown-symbol",
+            True,
+        ),
+        (INSERT + "Key was rejected by service", [], "unsigned-module", True),
+        (INSERT + "Required key not available", [], "unsigned-module", True),
+        (
+            INSERT + "Invalid argument",
+            ["3,1050,81234600,-;nvidia_peermem: disagrees about version of symbol ib_query_port"],
+            "symbol-version-mismatch",
+            True,
+        ),
+        (INSERT + "Invalid argument", [], "load-rejected", True),
+        (INSERT + "Operation not permitted", [], "modules-disabled", True),
+        (INSERT + "Cannot allocate memory", [], "modprobe-failed", False),
+    ],
+)
+def test_diagnose(stderr: str, log: list[str], fid: str, lasting: bool) -> None:
+    f = diagnose("nvidia-peermem", stderr, log)
+    assert (f.id, f.lasting) == (fid, lasting)
+    assert f.evidence and f.suggestion
+
+
+def test_kernel_log_lines_about_other_modules_are_ignored() -> None:
+    f = diagnose(
+        "nvidia-peermem",
+        INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+        ["4,1,1,-;rdma_rxe: disagrees about version of symbol ib_device_get_by_netdev"],
+    )
+    assert f.id == "unknown-symbol"
+
+
+def test_unknown_symbol_on_an_inbox_ib_core_says_install_mofed() -> None:
+    facts = PeermemFacts(peer_api=False)
+    f = diagnose(
+        "nvidia-peermem",
+        INSERT + "Unknown symbol in module, or unknown parameter (see dmesg)",
+        [],
+        facts,
+    )
+    assert "MOFED" in f.suggestion and "inbox" in f.suggestion
+
+
+def test_symbol_mismatch_suggests_the_install_order() -> None:
+    f = diagnose(
+        "nvidia-peermem",
+        INSERT + "Invalid argument",
+        ["nvidia_peermem: disagrees about version of symbol ib_register_peer_memory_client"],
+    )
+    assert "DKMS" in f.suggestion and "MOFED" in f.suggestion
+
+
+def test_kallsyms_match_is_by_whole_name() -> None:
+    text = (
+        b"ffff T __ksymtab_ib_register_peer_memory_client\t[ib_core]\n"
+        b"ffff T ib_umem_dmabuf_get_pinned\n"
+    )
+    assert not peermem.exports(text, "ib_register_peer_memory_client")
+    assert not peermem.exports(text, "ib_umem_dmabuf_get")
+    assert peermem.exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
+
+
+@pytest.mark.parametrize("suffix", [".ko.xz", ".ko.gz"])
+def test_compressed_modules_are_read_inside(tmp_path: Path, suffix: str) -> None:
+    import gzip
+    import lzma
+
+    body = b"ib_register_peer_memory_client" + UNSIGNED
+    data = lzma.compress(body) if suffix == ".ko.xz" else gzip.compress(body)
+    f = facts_of(tmp_path, installed={f"updates/dkms/nvidia-peermem{suffix}": data})
+    assert f.module() == peermem.ModuleFile(
+        "nvidia_peermem",
+        f"updates/dkms/nvidia-peermem{suffix}",
+        signed=False,
+        needs_peer_api=True,
+        size=len(body),
+    )
+
+
+def test_zstd_module_signature_is_unknown_not_guessed(tmp_path: Path) -> None:
+    f = facts_of(
+        tmp_path, sig_enforce=True, installed={"updates/dkms/nvidia-peermem.ko.zst": b"\x28\xb5"}
+    )
+    assert f.module() is not None and f.module().signed is None  # type: ignore[union-attr]
+    assert preflight(f) == []  # unknown is not "unsigned": modprobe's answer will say
