@@ -24,6 +24,7 @@ fi
 
 if [[ $(id -u) -eq 0 ]]; then
     bash scripts/pkg-deps.sh
+    bash scripts/fleet-deps.sh
 fi
 if command -v dpkg-buildpackage >/dev/null && command -v rpmbuild >/dev/null; then
     # Built once here; tests/packaging and the lab (which installs the .deb) reuse
