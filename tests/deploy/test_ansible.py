@@ -130,3 +130,21 @@ def test_not_converged_fails_with_the_reason(node: Path) -> None:
     result = run(node)
     assert result.returncode != 0
     assert "VF 3 in use by pid 42" in result.stdout
+
+
+def test_site_playbook_syntax() -> None:
+    result = subprocess.run(
+        [
+            playbook_bin(),
+            "--syntax-check",
+            "-i",
+            "localhost,",
+            str(DEPLOY / "ansible" / "site.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANSIBLE_ROLES_PATH": str(DEPLOY / "ansible" / "roles")},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
