@@ -25,6 +25,9 @@ fi
 if [[ $(id -u) -eq 0 ]]; then
     bash scripts/pkg-deps.sh
 fi
+# promtool needs root to install; as another user fleet-deps says so and the deploy
+# tests skip (locally) or fail (CI) on the missing tool.
+bash scripts/fleet-deps.sh || true
 if command -v dpkg-buildpackage >/dev/null && command -v rpmbuild >/dev/null; then
     # Built once here; tests/packaging and the lab (which installs the .deb) reuse
     # them from dist/cache/ (keyed by a hash of the inputs).

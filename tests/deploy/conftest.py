@@ -1,0 +1,27 @@
+"""Shared helpers for the deploy/ checks: where deploy/ is, and tool lookup.
+
+A missing tool skips a test locally (saying how to install it) and fails it in CI
+(CI=true), so a CI run never counts an unchecked artefact as passing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "METRICS.md"
+
+
+def require_tool(name: str, install_hint: str) -> str:
+    """Path of `name`, or skip (locally) / fail (CI) saying how to get it."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    message = f"{name} not found: {install_hint}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
