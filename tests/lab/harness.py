@@ -823,6 +823,15 @@ class Guest:
         )
         return unit, self.unit_pid(unit)
 
+    def uverbs_node(self, ib_device: str) -> str:
+        """/dev/infiniband/uverbsN of an RDMA device (what a verbs user holds open)."""
+        out = self.check(
+            "for d in /sys/class/infiniband_verbs/uverbs*; do "
+            f'[ "$(cat $d/ibdev)" = {shlex.quote(ib_device)} ] && basename $d; done; true'
+        ).strip()
+        assert out, f"no uverbs node for {ib_device}"
+        return f"/dev/infiniband/{out.splitlines()[0]}"
+
     def pids_holding(self, path: str) -> list[int]:
         out = self.run(
             f'for f in /proc/[0-9]*/fd/*; do [ "$(readlink $f)" = '

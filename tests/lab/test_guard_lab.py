@@ -23,7 +23,6 @@ Unloads the kernel refuses by itself, and timings, are not this file's business.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterator
 
 import pytest
@@ -47,15 +46,6 @@ def config(pf: str, guard: bool = True, rxe: str = "") -> str:
     if rxe:
         text += f'\n[[rxe]]\nname = "rxg0"\nnetdev = {{ name = "{rxe}" }}\n'
     return text
-
-
-def uverbs_of(g: Guest, ib_device: str) -> str:
-    out = g.check(
-        "for d in /sys/class/infiniband_verbs/uverbs*; do "
-        f'[ "$(cat $d/ibdev)" = {shlex.quote(ib_device)} ] && basename $d; done; true'
-    ).strip()
-    assert out, f"no uverbs node for {ib_device}"
-    return f"/dev/infiniband/{out.splitlines()[0]}"
 
 
 def unload_igb(g: Guest, env: str = "") -> tuple[bool, str]:
@@ -149,7 +139,7 @@ def test_modprobe_r_igb_refused_while_a_vf_is_in_use(rdmad_guest: Guest) -> None
     # --- an rxe link on VF 0 with a verbs user --------------------------------------------------
     g.check(f"rdma link add rxg9 type rxe netdev {vf0}", timeout=120)
     g.wait_for("test -e /sys/class/infiniband/rxg9", 30)
-    uverbs = uverbs_of(g, "rxg9")
+    uverbs = g.uverbs_node("rxg9")
     unit, pid = g.hold_open(uverbs)
     try:
         ok, words = unload_igb(g)

@@ -17,7 +17,6 @@ Kernel state is read back with iproute2 and sysfs, not with rdmad's own code.
 from __future__ import annotations
 
 import json
-import shlex
 import textwrap
 from collections.abc import Iterator
 from typing import Any
@@ -84,15 +83,6 @@ def passes(g: Guest) -> int:
     return journal(g).count("reconcile.pass")
 
 
-def uverbs_of(g: Guest, ib_device: str) -> str:
-    out = g.check(
-        "for d in /sys/class/infiniband_verbs/uverbs*; do "
-        f'[ "$(cat $d/ibdev)" = {shlex.quote(ib_device)} ] && basename $d; done; true'
-    ).strip()
-    assert out, f"no uverbs node for {ib_device}"
-    return f"/dev/infiniband/{out.splitlines()[0]}"
-
-
 @pytest.fixture
 def rdmad_guest(guest: Guest) -> Iterator[Guest]:
     assert guest.install_rdmad().unit_installed
@@ -113,7 +103,7 @@ def test_held_rxe_link_on_a_vf_blocks_lowering_numvfs_and_nothing_is_touched(
     vf0 = g.wait_vf_netdevs(pf, 2)[vf0_pci]
     g.check(f"rdma link add rxe0 type rxe netdev {vf0}", timeout=120)
     g.wait_for("test -e /sys/class/infiniband/rxe0", timeout=30)
-    uverbs = uverbs_of(g, "rxe0")
+    uverbs = g.uverbs_node("rxe0")
     unit, pid = g.hold_open(uverbs)
     holder = f"pid {pid} (sleep) holds {uverbs}"
     try:
