@@ -313,7 +313,16 @@ class GuestAgent:
         pid = self.call("guest-exec", args, timeout=min(30.0, timeout))["pid"]
         interval = 0.02
         while True:
-            status = self.call("guest-exec-status", {"pid": pid}, timeout=30.0)
+            try:
+                status = self.call("guest-exec-status", {"pid": pid}, timeout=30.0)
+            except GuestTimeout:
+                # The agent stalled (seen once under TCG: 30 s without an answer while the
+                # command ran on). Its late answer carries an old id and is skipped; ask
+                # again until the command's own deadline, which still bounds the wait.
+                if time.monotonic() > deadline:
+                    raise
+                log(f"guest agent: no guest-exec-status answer in 30 s; asking again ({argv[0]})")
+                continue
             if status.get("exited"):
                 return _exec_result(status)
             if time.monotonic() > deadline:
