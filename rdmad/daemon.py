@@ -102,6 +102,9 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
             # does not (rdmad's own numvfs and driver changes cause those).
             driver=e.subsystem == "module",
             touches=_names(e.sysname, e.interface, e.old_name, e.ifindex),
+            # A netdev or RDMA device event changes only those: a cheap pass may do.
+            narrow=e.subsystem in ("net", *_RDMA_SUBSYSTEMS) and e.action != "resync",
+            rdma=e.subsystem in _RDMA_SUBSYSTEMS,
         )
 
 
@@ -117,7 +120,11 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
             what,
             stale=renamed or e.kind in ("del", "resync"),
             touches=_names(e.name, e.old_name, e.ifindex),
+            narrow=e.kind != "resync",
         )
+
+
+_RDMA_SUBSYSTEMS = ("infiniband", "infiniband_verbs")
 
 
 def _names(*names: str | int | None) -> frozenset[str]:
@@ -143,6 +150,14 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
         monitor.start()
         sources.append(_Source("udev", _udev_triggers(monitor)))
         closers.append(monitor)
+        if monitor.source == "udev":
+            # RDMA devices straight from the kernel as well: udevd's rules add nothing
+            # rdmad needs to an RDMA device's removal, and waiting for them delays
+            # putting back an rxe link someone deleted (udev's copy follows, harmless).
+            early = UdevMonitor(_RDMA_SUBSYSTEMS, source="kernel")
+            early.start()
+            sources.append(_Source("uevent", _udev_triggers(early)))
+            closers.append(early)
     except Exception as exc:  # no udev (container): rtnetlink and drift still work
         log.warning("source.unavailable", source="udev", error=str(exc))
     try:

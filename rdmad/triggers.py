@@ -16,6 +16,7 @@ from rdmad.clock import Clock
 
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
+MAX_IFINDEXES = 16  # past this many netdevs named by events, a pass reads them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,14 @@ class Trigger:
     PCI addresses, "ifindex:N"); a stale trigger that touches nothing in particular
     (lost events) makes every action stale. ``driver``: a module or PCI driver came
     or went (history tells a driver reload from other causes by it).
+
+    ``narrow``: the event can only have changed netdevs (those in ``touches`` as
+    "ifindex:N"; all of them when none is named) or, with ``rdma``, RDMA devices. A
+    pass for such triggers alone reads just those again (``Host.observe_changed``).
+    ``urgent``: start the pass now, not after the settle window (what the previous
+    pass waited for has already happened, e.g. VFs exist once sriov_numvfs returned).
+    ``soon``: worth a pass shortly after the last one, a few times in a row (an action
+    dropped as stale; narrow batches count as soon too, being cheap to answer).
     """
 
     source: str
@@ -40,6 +49,10 @@ class Trigger:
     # Only a plan is wanted (the API's /v1/plan): observe and plan, apply nothing. A
     # batch with any other trigger in it is a full pass, whose plan answers it as well.
     plan_only: bool = False
+    narrow: bool = False
+    rdma: bool = False
+    urgent: bool = False
+    soon: bool = False
 
 
 @dataclass(slots=True)
@@ -57,11 +70,23 @@ class Batch:
     stale_names: set[str] = field(default_factory=set)
     driver: bool = False
     plan_only: bool = True  # every trigger in it asked only for a plan
+    narrow: bool = True  # every trigger in it was narrow (see Trigger)
+    # Netdevs narrow triggers named (None: some named none, or too many: read them all).
+    ifindexes: set[int] | None = field(default_factory=set)
+    rdma: bool = False  # some trigger was about an RDMA device
+    urgent: bool = False  # some trigger was urgent
+    soon: bool = False  # some trigger was soon
     through: int = 0  # TriggerQueue.total when taken: the pass answers triggers 1..through
 
     def add(self, t: Trigger) -> None:
         self.count += 1
         self.plan_only &= t.plan_only
+        self.narrow &= t.narrow
+        self.urgent |= t.urgent
+        self.soon |= t.soon
+        self.rdma |= t.rdma
+        if t.narrow and not t.rdma:
+            self._add_ifindexes(t.touches)
         self.first_at = min(self.first_at, t.at)
         self.last_at = max(self.last_at, t.at)
         self.sources[t.source] += 1
@@ -76,6 +101,15 @@ class Batch:
             else:
                 self.stale_all = True
         self._bound_names()
+
+    def _add_ifindexes(self, touches: frozenset[str]) -> None:
+        found = {int(n[8:]) for n in touches if n.startswith("ifindex:") and n[8:].isdigit()}
+        if not found or self.ifindexes is None:
+            self.ifindexes = None
+            return
+        self.ifindexes |= found
+        if len(self.ifindexes) > MAX_IFINDEXES:
+            self.ifindexes = None  # one dump is cheaper than this many single reads
 
     def _bound_names(self) -> None:
         if len(self.stale_names) > MAX_STALE_NAMES:
@@ -99,6 +133,14 @@ class Batch:
         self.stale_names |= other.stale_names
         self.driver |= other.driver
         self.plan_only &= other.plan_only
+        self.narrow &= other.narrow
+        self.urgent |= other.urgent
+        self.soon |= other.soon
+        self.rdma |= other.rdma
+        if other.ifindexes is None:
+            self.ifindexes = None
+        elif self.ifindexes is not None:
+            self.ifindexes |= other.ifindexes
         self.through = max(self.through, other.through)
         self._bound_names()
 

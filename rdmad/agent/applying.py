@@ -162,7 +162,12 @@ class Applier:
                 kind=action.kind,
             )
         )
-        self.shared.queue.put(Trigger("followup", f"re-plan {action.obj}: {result.note}"))
+        # An rxe add waits only for RDMA links to change: a narrow look will do.
+        rxe = isinstance(action, AddRxe)
+        again = Trigger(
+            "followup", f"re-plan {action.obj}: {result.note}", soon=True, narrow=rxe, rdma=rxe
+        )
+        self.shared.queue.put(again)
 
     def _learn_unsupported(self, action: Action, result: ResultLike, observed: Observed) -> int:
         """Remember VF attributes the driver refused as unsupported; returns how many.

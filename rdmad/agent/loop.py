@@ -40,6 +40,9 @@ from rdmad.triggers import Trigger, TriggerQueue
 
 log = structlog.get_logger("rdmad.agent")
 
+SOON = 0.01  # s after a pass, for a "soon" or narrow batch (instead of the settle window)
+MAX_SOON_STREAK = 3  # soon passes in a row; then the settle window again
+
 
 class Agent:
     def __init__(
@@ -89,6 +92,7 @@ class Agent:
         self.sources = list(sources)
         self._stopping = False
         self._sleeper: asyncio.Future[None] | None = None
+        self._soon_streak = 0  # passes in a row started "soon" (see _settle)
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- the outside world's handles -------------------------------------------------------
@@ -183,12 +187,21 @@ class Agent:
             pending = self.queue.pending
             if pending is None:
                 if not await self.queue.wait(pass_end + o.settle):
+                    self._soon_streak = 0
                     return  # idle: the next trigger is a leading edge again
                 continue
+            if pending.urgent:
+                return
             due = pass_end + o.settle
+            soon = (pending.soon or pending.narrow) and self._soon_streak < MAX_SOON_STREAK
             if pending.count >= o.burst:
                 due = min(max(due, pending.last_at + o.settle), pending.first_at + o.settle_max)
+            elif soon:
+                # Cheap to answer (narrow) or an action dropped as stale: look again
+                # shortly, a few times in a row at most, so a stream stays coalesced.
+                due = min(due, pass_end + SOON)
             if due <= self.clock.monotonic():
+                self._soon_streak = self._soon_streak + 1 if soon else 0
                 return
             # Sleep without waking per trigger: a burst costs nothing until it is quiet.
             await self._sleep_until(due)

@@ -7,7 +7,7 @@ The agent imports nothing from ``rdmad.kernel``; tests pass fakes that fit these
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rdmad.config import LoadedConfig
 from rdmad.model import Action, Desired, Observed, PlanState
@@ -45,6 +45,15 @@ class Host(Protocol):
     async def observe(self) -> Observed: ...
 
     async def apply(self, action: Action) -> ResultLike: ...
+
+
+@runtime_checkable
+class NarrowObserver(Protocol):
+    """A host that can observe only what link events change (KernelHost)."""
+
+    async def observe_changed(
+        self, ifindexes: frozenset[int] | None, rdma: bool
+    ) -> Observed | None: ...  # None: observe() instead
 
 
 class Notifier(Protocol):

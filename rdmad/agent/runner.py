@@ -11,10 +11,10 @@ import structlog
 from rdmad.agent.applying import Applier
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
-from rdmad.agent.protocols import Host, Planner
+from rdmad.agent.protocols import Host, NarrowObserver, Planner
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
-from rdmad.model import Action, BindVfDriver, LoadModule, SetNumVfs, Waiting
+from rdmad.model import Action, BindVfDriver, LoadModule, Observed, SetNumVfs, Waiting
 from rdmad.reconcile import declared_objects
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Batch, Trigger
@@ -42,6 +42,8 @@ class PassRunner:
         self.applier = Applier(shared, host, memory, reporter, timers)
         self.observing_since: float | None = None
         self._followups = 0
+        self.narrow_passes = 0  # passes that read only what link events changed
+        self._narrow_now = False  # the pass in progress read only that
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
@@ -64,16 +66,14 @@ class PassRunner:
             self.reload_config(initial=False)
         if batch.driver:
             self.memory.forget_peermem_hold()  # a module came or went: worth one more try
-        if not batch.plan_only:
-            timers.arm_drift()  # every pass is a full observation: drift counts from here
-
         self.observing_since = started
         try:
-            observed = await self.host.observe()
+            observed = await self._observe(batch, first)
         except Exception as exc:
             return self._failed("observe", batch, cause, started, exc)
         finally:
             self.observing_since = None
+        observed_at = clock.monotonic()
         self._succeeded("observe")
         memory.forget_vanished_rxe(observed)
         if not batch.plan_only:
@@ -105,6 +105,8 @@ class PassRunner:
             actions=len(actions),
             applied=done.count,
             seconds=round(seconds, 4),
+            observe=round(observed_at - started, 4),
+            narrow=self._narrow_now,
             latency=round(started - batch.first_at, 4),
         )
         self._follow_up(done.changed, actions)
@@ -120,6 +122,27 @@ class PassRunner:
             self.set_ready("first reconcile done")
         reporter.notify_status()
         return clock.monotonic()
+
+    async def _observe(self, batch: Batch, first: bool) -> Observed:
+        """Everything, or after link events only what they can have changed.
+
+        The narrow read is the event path's: an rxe link whose netdev just appeared
+        is added after two netlink dumps, not a walk of sysfs and /proc. Any pass that
+        changed the kernel is followed by a full one, which verifies it.
+        """
+        host = self.host
+        self._narrow_now = False
+        narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
+        if narrow and isinstance(host, NarrowObserver):
+            names = None if batch.ifindexes is None else frozenset(batch.ifindexes)
+            observed = await host.observe_changed(names, batch.rdma)
+            if observed is not None:
+                self.narrow_passes += 1
+                self._narrow_now = True
+                return observed
+        if not batch.plan_only:
+            self.timers.arm_drift()  # a full observation: drift counts from here
+        return await host.observe()
 
     def reload_config(self, initial: bool) -> None:
         if self.memory.reload_config(initial):
@@ -144,7 +167,10 @@ class PassRunner:
             return
         self._followups += 1
         if self._followups <= self.shared.options.max_followups:
-            self.shared.queue.put(Trigger("followup", "verify what was applied"))
+            # sriov_numvfs returns once the VFs exist: their settings need not wait for
+            # the settle window (nor for the burst of uevents the new VFs cause).
+            urgent = any(isinstance(a, SetNumVfs) and a.new > a.old for a in actions)
+            self.shared.queue.put(Trigger("followup", "verify what was applied", urgent=urgent))
         else:
             log.warning(
                 "reconcile.not-converging",

@@ -22,7 +22,7 @@ from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.guardhook import guard_command, write_hook
-from rdmad.kernel.observe import observe
+from rdmad.kernel.observe import observe, observe_changed
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rdma import RdmaNetlink
@@ -36,6 +36,7 @@ from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
     Action,
+    AddRxe,
     LoadModule,
     Observed,
     RdmaLinkObserved,
@@ -55,6 +56,8 @@ _BIND_POLL = 0.02
 
 class LinkSource(Protocol):
     async def links(self) -> list[LinkInfo]: ...
+
+    async def link(self, target: int | str) -> LinkInfo: ...
 
     async def set_vf_settings(
         self,
@@ -149,6 +152,58 @@ class KernelHost:
         else:
             snapshot = _with_note(snapshot, "netdevs kept changing while being observed")
         self.last = snapshot
+        return snapshot
+
+    async def observe_changed(
+        self, ifindexes: frozenset[int] | None, rdma: bool
+    ) -> Observed | None:
+        """After link or RDMA device events only: the netdevs they name (``ifindexes``;
+        None: every netdev) and, with ``rdma``, the RDMA links read again over netlink,
+        the rest of the last snapshot kept (``observe.observe_changed``). None: call
+        ``observe()`` instead.
+
+        The event path's cost: an rxe link whose netdev just appeared is added after one
+        RTM_GETLINK, not a walk of sysfs and /proc.
+        """
+        last = self.last
+        if last is None or self.rtnl is None or self.rdma is None:
+            return None
+        if read_pause(self.sysfs, self.clock.wall()) is not None:
+            return None  # standing back: observe() knows how without RDMA netlink
+        links, gone = [], set()
+        try:
+            if ifindexes is None:
+                links = await self.rtnl.links()
+            else:
+                for index in sorted(ifindexes):
+                    try:
+                        links.append(await self.rtnl.link(index))
+                    except KernelError as exc:
+                        if exc.errno != errno_mod.ENODEV:
+                            raise
+                        gone.add(index)
+        except KernelError:
+            return None
+        touched = ifindexes if ifindexes is not None else {n.ifindex for n in last.netdevs}
+        # A rename or removal under an RDMA link changes that link too (rxe goes with it).
+        rdma = rdma or any(r.netdev_ifindex in touched for r in last.rdma_links)
+        rdma_links = None
+        if rdma:
+            notes: list[str] = []
+            rdma_links, _ = await self._rdma_links(notes, paused=False)
+            if rdma_links is None or notes:
+                return None  # RDMA netlink could not be read: observe() reads sysfs
+        snapshot = observe_changed(
+            self.sysfs,
+            last,
+            links,
+            rdma_links,
+            complete=ifindexes is None,
+            gone=gone,
+            now=self.clock.wall(),
+        )
+        if snapshot is not None:
+            self.last = snapshot
         return snapshot
 
     async def _observe_once(self) -> tuple[Observed, bool]:
@@ -253,7 +308,21 @@ class KernelHost:
                 skipped = ", ".join(c[0] for p in planned[i:] for c in p.changes)
                 return verdict(action, writes, f"not done after a failed write: {skipped}")
             writes += await self._execute(action, w)
+        if isinstance(action, AddRxe) and await self._rxe_name_in_release(action, writes):
+            why = f"RDMA device {action.name} is still being removed by the kernel"
+            log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+            return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
         return verdict(action, writes)
+
+    async def _rxe_name_in_release(self, action: AddRxe, writes: list[WriteRecord]) -> bool:
+        """An rxe add refused as existing while no such link is listed: the kernel is
+        still unregistering the old one (its events come before the name is free).
+        Not a failure to back off from: plan again in a moment."""
+        codes = {getattr(w.error, "errno", None) for w in writes if w.error is not None}
+        if not codes & {errno_mod.EEXIST, errno_mod.ENFILE}:
+            return False
+        links = await self._fresh_rdma_links()
+        return not any(r.name == action.name or r.netdev == action.netdev for r in links)
 
     async def _execute(self, action: Action, w: PlannedWrite) -> list[WriteRecord]:
         """THE kernel write: run it, then log and record each change with its result."""
@@ -400,6 +469,8 @@ class KernelHost:
     # --- rxe ----------------------------------------------------------------------------------
 
     def _rdma_or_raise(self, op: str) -> RdmaSource:
+        if self.rdma is not None and self._rdma_ok and self.sysfs.exists("sys/module/ib_core"):
+            return self.rdma  # probed since ib_core was loaded: no second socket per write
         if self.rdma is None or not self.rdma.available():
             why = self.rdma.reason if self.rdma is not None else None
             raise KernelError(op, "", errno_mod.EPROTONOSUPPORT, why or "no RDMA netlink here")

@@ -14,7 +14,7 @@ rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
@@ -27,6 +27,7 @@ from rdmad.kernel.usage import (
     Libvirt,
     Namespaces,
     OpenFiles,
+    combine,
     rdma_link_usage,
     rdma_links_from_sysfs,
     vf_usage,
@@ -107,6 +108,92 @@ def observe(
         guard_hook=observe_hook(sysfs),
         pause=read_pause(sysfs, time.time() if now is None else now),
     )
+
+
+def observe_changed(
+    sysfs: Sysfs,
+    last: Observed,
+    links: Sequence[LinkInfo],
+    rdma: Sequence[RdmaLinkObserved] | None,
+    *,
+    complete: bool = True,
+    gone: Collection[int] = (),
+    now: float | None = None,
+) -> Observed | None:
+    """A snapshot after link or RDMA device events, from ``last`` (the previous one).
+
+    ``links``: netdevs read again over rtnetlink, every one (``complete``) or only those
+    the events named, with ``gone`` the ifindexes the kernel no longer knows. ``rdma``:
+    RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
+    everything else is carried over: no sysfs walk of PCI functions, no /proc scan.
+
+    None when the change may reach SR-IOV: a netdev of a PCI function came, went, was
+    renamed or changed its address or state; then everything must be read. An RDMA
+    link seen before keeps the holders ``last`` saw (combined with what netlink says
+    now: a holder is never dropped unseen); nothing here is the last word on usage,
+    since every destructive write re-checks it against a fresh scan (kernel.recheck).
+    """
+    before = {n.ifindex: n for n in last.netdevs}
+    after = {} if complete else dict(before)
+    for link in links:
+        old = before.get(link.ifindex)
+        if old is not None and old.name == link.name:
+            pci = old.pci
+            if pci is not None and (old.mac, old.up) != (link.mac, link.up):
+                return None  # a PF's or VF's netdev changed
+        else:
+            pci = None if _virtual(link) else sysfs.netdev_pci(link.name)  # new or renamed
+            if pci is not None or (old is not None and old.pci is not None):
+                return None
+        after[link.ifindex] = NetdevObserved(
+            name=link.name,
+            ifindex=link.ifindex,
+            mac=link.mac,
+            perm_mac=link.perm_mac,
+            pci=pci,
+            up=link.up,
+        )
+    vanished = set(before) - set(after) if complete else set(gone) & set(before)
+    if any(before[i].pci is not None for i in vanished):
+        return None  # a PCI function's netdev went away
+    for i in vanished:
+        after.pop(i, None)
+    rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
+    return replace(
+        last,
+        netdevs=tuple(after.values()),
+        rdma_links=rdma_links,
+        pause=read_pause(sysfs, time.time() if now is None else now),
+    )
+
+
+# Link kinds that never sit on a device of their own (an ipoib child does: not here).
+_SOFTWARE_KINDS = frozenset(
+    {"veth", "dummy", "bridge", "bond", "team", "vlan", "macvlan", "ipvlan", "vxlan",
+     "geneve", "vrf", "wireguard", "tun", "ifb", "gre", "gretap", "ipip", "sit"}
+)  # fmt: skip
+
+
+def _virtual(link: LinkInfo) -> bool:
+    """A software netdev by what rtnetlink said (its kind), so no sysfs read is needed."""
+    return link.kind in _SOFTWARE_KINDS and link.parent_dev is None
+
+
+def _carry_usage(
+    sysfs: Sysfs, last: Observed, rdma: Sequence[RdmaLinkObserved]
+) -> tuple[RdmaLinkObserved, ...]:
+    seen = {(r.name, r.netdev): r.usage for r in last.rdma_links}
+    out = []
+    for r in rdma:
+        usage = seen.get((r.name, r.netdev))
+        out.append(
+            replace(
+                r,
+                driver=r.driver or sysfs.ib_driver(r.name),
+                usage=r.usage if usage is None else combine(r.usage, usage),
+            )
+        )
+    return tuple(out)
 
 
 def _netdevs(sysfs: Sysfs, links: Mapping[str, LinkInfo] | None) -> tuple[NetdevObserved, ...]:

@@ -66,8 +66,18 @@ def daemon_env(tmp_path: Path, api_socket: Path) -> Iterator[tuple[Path, Systemd
     sd = Systemd(tmp_path / "notify.sock")
     env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify.sock"), WATCHDOG_USEC="400000")
     env.pop("WATCHDOG_PID", None)
-    yield cfg, sd, env
-    sd.sock.close()
+    # A declared rxe link makes the daemon guard rdma_rxe with a hook in this host's
+    # /etc/modprobe.d: put back what was there before.
+    hook = Path("/etc/modprobe.d/rdmad-guard.conf")
+    before = hook.read_bytes() if hook.exists() else None
+    try:
+        yield cfg, sd, env
+    finally:
+        sd.sock.close()
+        if before is None:
+            hook.unlink(missing_ok=True)
+        elif not hook.exists() or hook.read_bytes() != before:
+            hook.write_bytes(before)
 
 
 def api_get(sock_path: Path, url: str) -> tuple[int, dict[str, object]]:

@@ -551,6 +551,7 @@ async def test_add_and_delete_rxe(tree: Path) -> None:
 
 async def test_rxe_errors(tree: Path) -> None:
     failing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
+    failing.made = {"rxe9": "eth0"}  # the netdev has an rxe link already: a real conflict
     result = await make_host(tree, rdma=failing).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: already exists (EEXIST)"
     none = await make_host(tree, rdma=FakeRdma(ok=False)).apply(
@@ -565,6 +566,16 @@ async def test_rxe_errors(tree: Path) -> None:
     assert gone.stale and "already gone" in gone.note
     fake_root = await KernelHost(tree).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert "no RDMA netlink here" in str(fake_root.errors[0])
+
+
+async def test_rxe_refused_as_existing_while_none_is_listed_is_stale(tree: Path) -> None:
+    """The kernel sends an RDMA device's removal events before it frees the name: an add
+    answered EEXIST then is planned again in a moment, not failed and backed off."""
+    releasing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
+    result = await make_host(tree, rdma=releasing).apply(
+        AddRxe("o", "r", name="rxe0", netdev="eth0")
+    )
+    assert result.stale and not result.writes and "still being removed" in result.note
 
 
 # --- not applied, dry run, observe -------------------------------------------------------------

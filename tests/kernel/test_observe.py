@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from rdmad.kernel.observe import observe
+from rdmad.kernel.observe import observe, observe_changed
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import RdmaLinkObserved, Usage, Use, VfSettings
+from rdmad.model import NetdevObserved, Observed, RdmaLinkObserved, Usage, Use, VfSettings
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 
 
@@ -169,3 +170,78 @@ def test_pf_and_vf_netdev_is_the_functions_own_not_a_representor(tmp_path: Path)
     sysfs = Sysfs(tmp_path)
     assert sysfs.own_netdev(["eth0", "eth1"]) is None  # only representors
     assert sysfs.own_netdev([]) is None
+
+
+# --- the event path's narrow observation ---------------------------------------------------
+
+
+def _links(obs: Observed, *extra: LinkInfo) -> list[LinkInfo]:
+    """What an rtnetlink dump would list for ``obs``'s netdevs, plus ``extra``."""
+    same = [LinkInfo(n.name, n.ifindex, n.mac, n.perm_mac, n.up, "up", None) for n in obs.netdevs]
+    return [*same, *extra]
+
+
+def test_narrow_observation_adds_a_virtual_netdev_and_keeps_the_rest(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    full = observe(Sysfs(tmp_path))
+    fs.netdev("veth7", None, "02:00:00:00:07:07")  # a virtual netdev: no PCI function
+    veth = LinkInfo("veth7", 77, "02:00:00:00:07:07", None, True, "up", "veth")
+    rxe = RdmaLinkObserved("rxe7", "rxe", "veth7", 77)
+    narrow = observe_changed(Sysfs(tmp_path), full, _links(full, veth), [*full.rdma_links, rxe])
+    assert narrow is not None
+    assert narrow.netdev("veth7") == NetdevObserved(
+        "veth7", 77, "02:00:00:00:07:07", None, None, True
+    )
+    assert narrow.rdma_link("rxe7") == rxe
+    assert narrow.pfs is full.pfs and narrow.modules is full.modules  # carried, not re-read
+    assert narrow.guard_hook == full.guard_hook
+
+
+def test_narrow_observation_keeps_holders_it_did_not_rescan(tmp_path: Path) -> None:
+    mlx5_node(tmp_path)
+    held = Usage(Use.IN_USE, ("pid 42 (ib_write_bw)",))
+    full = replace(
+        observe(Sysfs(tmp_path)),
+        rdma_links=(RdmaLinkObserved("rxe0", "rxe", "eth0", 2, usage=held),),
+    )
+    now_free = RdmaLinkObserved("rxe0", "rxe", "eth0", 2)
+    narrow = observe_changed(Sysfs(tmp_path), full, _links(full), [now_free])
+    assert narrow is not None and narrow.rdma_link("rxe0").usage == held  # type: ignore[union-attr]
+
+
+def test_narrow_observation_declines_when_a_pci_netdev_is_involved(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    full = observe(Sysfs(tmp_path))
+    sysfs = Sysfs(tmp_path)
+    pci_dev = next(n for n in full.netdevs if n.pci is not None)
+    # A new netdev of a PCI function (a VF's, after numvfs or a driver probe).
+    fs.netdev("enp94s0v0", IGB_PF, "02:00:00:00:00:09")
+    vf_link = LinkInfo("enp94s0v0", 90, "02:00:00:00:00:09", None, False, "down", None)
+    assert observe_changed(sysfs, full, _links(full, vf_link), full.rdma_links) is None
+    # A PCI function's netdev went away, or changed its address or state.
+    others = [lk for lk in _links(full) if lk.name != pci_dev.name]
+    assert observe_changed(sysfs, full, others, full.rdma_links) is None
+    changed = [replace(lk, up=not lk.up) if lk.name == pci_dev.name else lk for lk in _links(full)]
+    assert observe_changed(sysfs, full, changed, full.rdma_links) is None
+    # Nothing changed at all: the same snapshot's facts come back.
+    same = observe_changed(sysfs, full, _links(full), full.rdma_links)
+    assert same is not None and same.netdevs == full.netdevs
+
+
+def test_narrow_observation_of_named_netdevs_only(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    full = observe(Sysfs(tmp_path))
+    virtual = [n for n in full.netdevs if n.pci is None]
+    fs.netdev("veth8", None, "02:00:00:00:08:08")
+    veth = LinkInfo("veth8", 88, "02:00:00:00:08:08", None, False, "down", "veth")
+    sysfs = Sysfs(tmp_path)
+    added = observe_changed(sysfs, full, [veth], None, complete=False)
+    assert added is not None and added.netdevs == (*full.netdevs, added.netdev("veth8"))
+    assert added.rdma_links is full.rdma_links  # not asked: carried
+    removed = observe_changed(sysfs, added, [], None, complete=False, gone={88})
+    assert removed is not None and removed.netdevs == full.netdevs
+    if virtual:  # a virtual netdev may go without a full observation
+        others = observe_changed(sysfs, full, [], None, complete=False, gone={virtual[0].ifindex})
+        assert others is not None and virtual[0] not in others.netdevs
+    pci = next(n for n in full.netdevs if n.pci is not None)
+    assert observe_changed(sysfs, full, [], None, complete=False, gone={pci.ifindex}) is None

@@ -1,0 +1,148 @@
+"""The event path: link events alone get a narrow observation, and VFs just created
+get their settings without waiting out the settle window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rdmad.model import Action, AddRxe, Observed, SetNumVfs, SetVfSettings
+from rdmad.triggers import Trigger
+from tests.agent.test_safety import SimHost, igb_like, sriov
+from tests.support.simkernel import SimKernel
+
+from .conftest import FakeHost, FakeResult, RigFactory, desired, until
+
+
+@dataclass
+class NarrowHost(FakeHost):
+    """A FakeHost that can also observe only what link events change."""
+
+    narrow: int = 0
+    refuse_narrow: bool = False
+    asked: list[tuple[frozenset[int] | None, bool]] = field(default_factory=list)
+
+    async def observe_changed(
+        self, ifindexes: frozenset[int] | None, rdma: bool
+    ) -> Observed | None:
+        self.asked.append((ifindexes, rdma))
+        if self.refuse_narrow:
+            return None  # e.g. a PCI function's netdev changed: the agent reads everything
+        self.narrow += 1
+        return await FakeHost.observe(self)
+
+
+async def test_link_event_alone_is_answered_by_a_narrow_observation(rig: RigFactory) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    assert host.narrow == 0  # the first pass always reads everything
+    full = host.observes
+    host.netdevs.append("eth9")
+    r.agent.queue.put(_narrow("netlink", "add eth9"))
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.narrow == 1 and host.observes == full + 1  # observe_changed counts too
+    assert r.agent.runner.narrow_passes == 1
+    await r.idle()
+    # The pass that changed the kernel is verified by a full observation.
+    assert host.observes >= full + 2 and host.narrow == 1
+    await r.stop()
+
+
+async def test_a_batch_with_any_broad_trigger_reads_everything(rig: RigFactory) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0")), host=host).start()
+    await r.idle()
+    before = len(r.agent.passes)
+    r.agent.queue.put(_narrow("netlink", "add eth5"))
+    await until(lambda: len(r.agent.passes) == before + 1, "narrow pass")
+    assert host.narrow == 1
+    # During the settle window: one narrow trigger and one udev pci event: a full pass.
+    r.agent.queue.put(_narrow("netlink", "add eth6"))
+    r.agent.trigger("udev", "add pci 0000:00:03.0")
+    await r.idle()
+    assert host.narrow == 1
+    for source in ("drift", "retry", "api"):
+        r.agent.trigger(source, "look again")
+        await r.idle()
+    assert host.narrow == 1
+    await r.stop()
+
+
+async def test_narrow_refused_falls_back_to_a_full_observation(rig: RigFactory) -> None:
+    host = NarrowHost(netdevs=["eth0"], refuse_narrow=True)
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    r.agent.queue.put(_narrow("netlink", "add eth9"))
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.narrow == 0 and r.agent.runner.narrow_passes == 0
+    await r.stop()
+
+
+async def test_vf_settings_follow_a_numvfs_raise_without_the_settle_window(
+    rig: RigFactory,
+) -> None:
+    host = SimHost(SimKernel(igb_like(0)))
+    vfs = ({"index": 0, "mac": "02:00:00:00:00:01"}, {"index": 1, "trust": True})
+    d = sriov(2, *vfs, drift_interval="1h", settle="5s")
+    r = rig(d, host=host)
+    await r.start()
+    # The first pass raised numvfs; the VFs' settings came in the next pass, at once,
+    # although the settle window (5 s of fake time) has not passed.
+    await until(lambda: any(isinstance(a, SetVfSettings) for a in host.applied), "VF settings")
+    kinds = [type(a) for a in host.applied]
+    assert kinds.index(SetNumVfs) < kinds.index(SetVfSettings)
+    passes = list(r.agent.passes)
+    assert passes[1].started - passes[0].started < 5.0
+    assert passes[1].cause == "followup"
+    await r.stop()
+
+
+async def test_a_numvfs_decrease_still_waits_out_the_settle_window(rig: RigFactory) -> None:
+    host = SimHost(SimKernel(igb_like(4)))
+    r = rig(sriov(0, drift_interval="1h", settle="5s"), host=host)
+    await r.start()
+    await until(lambda: len(host.applied) >= 1, "numvfs 4 -> 0")
+    assert [(a.old, a.new) for a in host.applied if isinstance(a, SetNumVfs)] == [(4, 0)]
+    before = len(r.agent.passes)
+    await r.advance(4.9)
+    assert len(r.agent.passes) == before  # nothing urgent: the window holds
+    await r.advance(0.2)
+    await until(lambda: len(r.agent.passes) > before, "follow-up after the window")
+    await r.stop()
+
+
+def _narrow(source: str, detail: str) -> Trigger:
+    return Trigger(source, detail, narrow=True)
+
+
+@dataclass
+class ReleasingHost(FakeHost):
+    """rxe adds dropped as stale (the kernel still frees the name) ``stale_adds`` times."""
+
+    stale_adds: int = 0
+
+    async def apply(self, action: Action) -> FakeResult:  # type: ignore[override]
+        if isinstance(action, AddRxe) and self.stale_adds > 0:
+            self.stale_adds -= 1
+            self.applied.append(action)
+            return FakeResult((), note="stale: rxe0 is still being removed", stale=True)
+        return await FakeHost.apply(self, action)
+
+
+async def test_a_stale_action_is_planned_again_soon_a_few_times_then_after_settle(
+    rig: RigFactory,
+) -> None:
+    host = ReleasingHost(netdevs=["eth0"], stale_adds=6)
+    r = rig(desired(("rxe0", "eth0"), settle="2s", drift_interval="1h"), host=host)
+    await r.start()
+    await r.advance(0.011)
+    await r.advance(0.011)
+    await r.advance(0.011)
+    starts = [p.started for p in r.agent.passes]
+    assert len(starts) == 4  # the first pass and three soon re-plans, 10 ms apart
+    await r.advance(1.9, step=0.1)
+    assert len(r.agent.passes) == 4  # the streak is over: the settle window again
+    await r.idle()
+    assert "rxe0" in host.links and host.stale_adds == 0
+    await r.stop()
