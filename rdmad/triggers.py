@@ -68,6 +68,7 @@ class Batch:
     stale: bool = False  # some trigger was stale: see stale_names / stale_all
     stale_all: bool = False  # lost events or too many names: every plan is stale
     stale_names: set[str] = field(default_factory=set)
+    touched: set[str] = field(default_factory=set)  # names events in it were about (bounded)
     driver: bool = False
     plan_only: bool = True  # every trigger in it asked only for a plan
     narrow: bool = True  # every trigger in it was narrow (see Trigger)
@@ -100,6 +101,8 @@ class Batch:
                 self.stale_names |= t.touches
             else:
                 self.stale_all = True
+        if len(self.touched) < MAX_STALE_NAMES:
+            self.touched |= t.touches
         self._bound_names()
 
     def _add_ifindexes(self, touches: frozenset[str]) -> None:
@@ -131,6 +134,8 @@ class Batch:
         self.stale |= other.stale
         self.stale_all |= other.stale_all
         self.stale_names |= other.stale_names
+        if len(self.touched) < MAX_STALE_NAMES:
+            self.touched |= other.touched
         self.driver |= other.driver
         self.plan_only &= other.plan_only
         self.narrow &= other.narrow

@@ -48,6 +48,8 @@ log = structlog.get_logger("rdmad.agent")
 
 # Errnos with which drivers refuse a VF attribute they do not implement (LAB.md: igb
 # link-state and query_rss EOPNOTSUPP, 802.1ad EPROTONOSUPPORT, rates EINVAL).
+MAX_STALE_REPLANS = 20  # re-plans of one object after stale drops, in a row
+
 _UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EPROTONOSUPPORT, errno.EINVAL})
 
 
@@ -70,10 +72,18 @@ class Applier:
         self.last_applied: set[tuple[str, str]] = set()  # (obj, describe) fully applied
         self.failed_what: dict[str, set[str]] = {}  # obj -> actions that failed, in backoff
         self.in_flight: tuple[Action, float] | None = None  # action, monotonic start
+        self.stale_streak: dict[str, int] = {}  # obj -> actions dropped as stale in a row
         self.stopping = False
 
-    async def apply_all(self, actions: list[Action], cause: str, observed: Observed) -> Applied:
-        """Apply in plan order."""
+    async def apply_all(
+        self,
+        actions: list[Action],
+        cause: str,
+        observed: Observed,
+        touched: frozenset[str] = frozenset(),
+    ) -> Applied:
+        """Apply in plan order. ``touched``: names the pass's events were about; an action
+        on one of them is a new situation, tried again even while its object backs off."""
         shared = self.shared
         held_objs: set[str] = set()  # objects that failed or are held back in this pass
         applied_now: set[tuple[str, str]] = set()
@@ -97,6 +107,8 @@ class Applier:
                 held_objs.add(obj)
                 continue
             held = shared.backoff.blocked(obj, shared.clock.monotonic()) is not None
+            if held and not touched.isdisjoint(action_touches(action)):
+                held = False  # e.g. the netdev an rxe add failed on changed since
             if obj in held_objs or (held and action.describe() in self.failed_what.get(obj, ())):
                 held_objs.add(obj)
                 continue
@@ -117,6 +129,7 @@ class Applier:
                 aborted = True
                 continue
             count += 1
+            self.stale_streak.pop(obj, None)
             self.reporter.record_result(action, result, cause)
             refused = self._learn_unsupported(action, result, observed)
             if not result.ok and self._hold_peermem(action, result, observed, cause):
@@ -162,6 +175,10 @@ class Applier:
                 kind=action.kind,
             )
         )
+        # Bounded: a kernel that keeps answering so is waited for by events and drift.
+        self.stale_streak[action.obj] = streak = self.stale_streak.get(action.obj, 0) + 1
+        if streak > MAX_STALE_REPLANS:
+            return
         # An rxe add waits only for RDMA links to change: a narrow look will do.
         rxe = isinstance(action, AddRxe)
         again = Trigger(

@@ -91,7 +91,7 @@ class PassRunner:
             return clock.monotonic()  # asked for the plan only (the API): apply nothing
         reporter.log_notes(objects, actions)
 
-        done = await self.applier.apply_all(actions, cause, observed)
+        done = await self.applier.apply_all(actions, cause, observed, frozenset(batch.touched))
         now = clock.monotonic()
         self._update_objects(objects, actions)
         seconds = now - started

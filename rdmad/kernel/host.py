@@ -322,7 +322,14 @@ class KernelHost:
         if not codes & {errno_mod.EEXIST, errno_mod.ENFILE}:
             return False
         links = await self._fresh_rdma_links()
-        return not any(r.name == action.name or r.netdev == action.netdev for r in links)
+
+        def live(r: RdmaLinkObserved) -> bool:  # on a netdev that still exists
+            return r.netdev is not None and self.sysfs.exists(f"sys/class/net/{r.netdev}")
+
+        # A link of that name whose netdev is gone is one the kernel is tearing down.
+        return not any(
+            (r.name == action.name and live(r)) or r.netdev == action.netdev for r in links
+        )
 
     async def _execute(self, action: Action, w: PlannedWrite) -> list[WriteRecord]:
         """THE kernel write: run it, then log and record each change with its result."""

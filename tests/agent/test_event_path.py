@@ -3,6 +3,7 @@ get their settings without waiting out the settle window."""
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 
 from rdmad.model import Action, AddRxe, Observed, SetNumVfs, SetVfSettings
@@ -145,4 +146,29 @@ async def test_a_stale_action_is_planned_again_soon_a_few_times_then_after_settl
     assert len(r.agent.passes) == 4  # the streak is over: the settle window again
     await r.idle()
     assert "rxe0" in host.links and host.stale_adds == 0
+    await r.stop()
+
+
+async def test_an_event_on_a_failed_actions_netdev_is_a_new_situation(rig: RigFactory) -> None:
+    """Backoff holds back a retry of what failed, not a new situation: the netdev an rxe
+    add failed on changed (a bond got its first port), so it is tried again at once."""
+    host = FakeHost(netdevs=["bond0"], fail={"rxe0": errno.EINVAL})
+    r = rig(desired(("rxe0", "bond0"), drift_interval="1h"), host=host)
+    await r.start()
+    await r.advance(0.2)
+    assert sum(isinstance(a, AddRxe) for a in host.applied) == 1  # failed, backing off
+    del host.fail["rxe0"]
+    r.agent.trigger("netlink", "change bond0", touches=frozenset({"bond0", "ifindex:1"}))
+    await until(lambda: "rxe0" in host.links, "rxe added after the event")
+    assert r.agent.passes[-1].cause == "netlink"
+    # Events about other netdevs do not cut a backoff short.
+    host.fail["rxe1"] = errno.EINVAL
+    r.cfg.desired = desired(("rxe0", "bond0"), ("rxe1", "bond1"), drift_interval="1h")
+    host.netdevs.append("bond1")
+    r.agent.request_reload()
+    await r.advance(0.2)
+    tries = sum(isinstance(a, AddRxe) and a.name == "rxe1" for a in host.applied)
+    r.agent.trigger("netlink", "change eth7", touches=frozenset({"eth7", "ifindex:9"}))
+    await r.advance(0.2)
+    assert sum(isinstance(a, AddRxe) and a.name == "rxe1" for a in host.applied) == tries
     await r.stop()
