@@ -1,0 +1,44 @@
+"""Shared pieces for the reliability tests: the agent rig and the API server of the
+agent and API suites (imported here so these tests run on the same fixtures), and
+running code as another user."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import rig
+from tests.api.conftest import config_dir, make_api, require_root, short_dir, temp_group
+
+__all__ = ["as_uid", "config_dir", "make_api", "rig", "root_only", "short_dir", "temp_group"]
+
+NOBODY = 65534
+NOGROUP = 65534
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (another uid, netns)")
+
+
+def as_uid(fn: Callable[[], Any], uid: int = NOBODY, gid: int = NOGROUP) -> int:
+    """Run ``fn`` in a forked child that has dropped to ``uid``/``gid`` (no groups);
+    return its exit code: 0 when ``fn`` returned, 1 when it raised PermissionError,
+    2 for any other exception."""
+    require_root("a process as another uid")
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 2
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            fn()
+            code = 0
+        except PermissionError:
+            code = 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
