@@ -13,12 +13,23 @@ import pytest
 from tests.agent.conftest import rig
 from tests.api.conftest import config_dir, make_api, require_root, short_dir, temp_group
 
-__all__ = ["as_uid", "config_dir", "make_api", "rig", "root_only", "short_dir", "temp_group"]
+__all__ = [
+    "as_uid", "config_dir", "make_api", "needs_root", "rig", "root_only", "short_dir",
+    "temp_group",
+]  # fmt: skip
 
 NOBODY = 65534
 NOGROUP = 65534
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (another uid, netns)")
+
+@pytest.fixture
+def needs_root() -> None:
+    """Root-only tests (another uid, network namespaces) skip locally without root and
+    fail under CI=true, where a skip would hide a broken check (as tests/api does)."""
+    require_root("this reliability test")
+
+
+root_only = pytest.mark.usefixtures("needs_root")
 
 
 def as_uid(fn: Callable[[], Any], uid: int = NOBODY, gid: int = NOGROUP) -> int:

@@ -52,14 +52,14 @@ class Stall:
         self.marker = marker
         self.seen = {"write": 0, "save": 0}
 
-    def point(self, kind: str, phase: str = "") -> None:
+    def point(self, kind: str, phase: str = "", what: str = "") -> None:
         """Called at each kill point; never returns at the chosen one."""
         if phase in ("", "before"):
             self.seen[kind] += 1  # the K-th write is counted when it starts
         if kind != self.kind or phase != self.phase:
             return
         if self.seen[kind] == self.at:
-            self.marker.write_text(f"{kind} {self.at} {phase}")
+            self.marker.write_text(f"{kind} {self.at} {phase} {what}".strip())
             while True:  # the test's SIGKILL ends this
                 time.sleep(3600)
 
@@ -85,14 +85,14 @@ class KernelTree(Sysfs):
 
     def write(self, rel: str, value: str, *, op: str | None = None) -> None:
         self.journal.log(at="attempt", rel=rel, value=value, pid=os.getpid())
-        self.stall.point("write", "before")
+        self.stall.point("write", "before", f"{rel} {value}")
         if rel.endswith("/sriov_numvfs"):
             self._numvfs(rel, int(value))
         else:
             super().write(rel, value, op=op)
             self._bind_effects(rel, value.strip())
         self.journal.log(at="done", rel=rel, value=value, pid=os.getpid())
-        self.stall.point("write", "after")
+        self.stall.point("write", "after", f"{rel} {value}")
 
     def _numvfs(self, rel: str, count: int) -> None:
         pf = rel.split("/")[-2]
@@ -144,13 +144,13 @@ class TreeRdma:
 
     async def add_link(self, name: str, link_type: str, netdev: str) -> None:
         self.tree.journal.log(at="attempt", rel=f"rdma link add {name}", value=netdev)
-        self.tree.stall.point("write", "before")
+        self.tree.stall.point("write", "before", f"rdma link add {name}")
         if self.tree.exists(f"sys/class/infiniband/{name}"):
             self.tree.journal.log(at="refused", rel=f"rdma link add {name}", errno="EEXIST")
             raise KernelError(f"rdma link add {name}", name, 17)
         self.tree.fs.ib_device(name, None, RXE_GUID, netdev=netdev)
         self.tree.journal.log(at="done", rel=f"rdma link add {name}", value=netdev)
-        self.tree.stall.point("write", "after")
+        self.tree.stall.point("write", "after", f"rdma link add {name}")
 
     async def delete_link(self, name: str) -> None:
         self.tree.journal.log(at="attempt", rel=f"rdma link delete {name}", value="")

@@ -33,8 +33,8 @@ from tests.agent.conftest import FakeHost, RigFactory, desired, until
 from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
 
 REPO = Path(__file__).resolve().parents[2]
-SEEDS = range(12)
-KILLS = 5  # kill points per seed: 60 in all
+SEEDS = range(24)
+KILLS = 5  # kill points per seed (a chain ends early once a run converges)
 IN_USE_VF = MLX5_VFS[1]  # on vfio-pci, /dev/vfio/61 held by pid 4242
 CONFIG = f"""
 [[sriov]]

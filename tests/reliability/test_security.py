@@ -373,3 +373,21 @@ def test_absolute_names_are_under_the_root_and_kernel_symlinks_give_only_basenam
     function = sysfs.pci_function("0000:3b:00.2")
     assert function is not None and function.driver == "evil-driver"
     shutil.rmtree(outside)
+
+
+def test_the_one_shell_line_rdmad_writes_takes_only_module_names_and_a_quoted_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """modprobe runs a modprobe.d ``remove`` line through /bin/sh: the guard hook is the
+    one place rdmad writes shell text. Module names that are not names are refused, and
+    the interpreter's path is quoted whatever it contains."""
+    from rdmad.kernel import guardhook
+
+    for bad in ("igb;reboot", "igb x", "$(id)", "a`b`", "igb\nremove x"):
+        with pytest.raises(ValueError, match="not a module name"):
+            guardhook.render([bad], "/usr/bin/python3 -I -m rdmad.guard")
+    monkeypatch.setattr(sys, "executable", "/opt/my venv;touch x/bin/python")
+    command = guardhook.guard_command()
+    assert command == "'/opt/my venv;touch x/bin/python' -I -m rdmad.guard"
+    line = guardhook.render(["igb"], command).splitlines()[-1]
+    assert line.startswith("remove igb '/opt/my venv;touch x/bin/python' -I -m rdmad.guard")
