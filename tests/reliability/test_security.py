@@ -227,6 +227,26 @@ def test_the_metrics_tcp_listener_is_off_by_default_and_documented_on_loopback()
     assert example.get("metrics", {}).get("listen") in (None, DEFAULT_LISTEN)
 
 
+@pytest.mark.parametrize("listen", ["127.0.0.1:9478", "127.0.0.53:1", "[::1]:9478", "localhost:9"])
+def test_a_loopback_metrics_listener_is_accepted(tmp_path: Path, listen: str) -> None:
+    (tmp_path / "rdmad.toml").write_text(f'[metrics]\nlisten = "{listen}"\n')
+    assert config.load(tmp_path).desired.metrics.listen == listen
+
+
+@pytest.mark.parametrize(
+    "listen", ["0.0.0.0:9478", "[::]:9478", "10.1.2.3:9478", "node1.example:9478", "[fe80::1]:1"]
+)
+def test_a_metrics_listener_beyond_loopback_is_a_config_error(tmp_path: Path, listen: str) -> None:
+    (tmp_path / "rdmad.toml").write_text(f'[metrics]\nlisten = "{listen}"\n')
+    with pytest.raises(config.ConfigInvalid) as caught:
+        config.load(tmp_path)
+    (err,) = caught.value.errors
+    assert (err.file, err.path) == (str(tmp_path / "rdmad.toml"), "metrics.listen")
+    assert "loopback address only" in err.message
+    # At start the daemon takes [metrics] key by key: this one is dropped, so no listener.
+    assert config.metrics_settings(tmp_path).listen is None
+
+
 # --- no shell, hostile netdev names ----------------------------------------------------------
 
 
