@@ -17,7 +17,9 @@ Errors are collected, never stopping at the first: a TOML syntax error in one
 file does not hide schema errors in another. Anything on disk that cannot be
 read as a config (not UTF-8, over 1 MiB, a directory, FIFO, symlink loop, a
 file gone between listing and reading) is such an error, never an exception:
-the daemon keeps running on its last good config.
+the daemon keeps running on its last good config. So is a file that someone
+other than root could change (group- or world-writable, or, when rdmad runs as
+root, not owned by root): its content would be root's orders from a non-root user.
 """
 
 from __future__ import annotations
@@ -119,9 +121,13 @@ def read_document(path: Path) -> tuple[dict[str, Any] | None, ConfigError | None
     except OSError as exc:
         return None, ConfigError(name, "", _os_problem(exc))
     try:
-        kind = _file_kind(os.fstat(fd).st_mode)
+        st = os.fstat(fd)
+        kind = _file_kind(st.st_mode)
         if kind != "regular file":
             return None, ConfigError(name, "", f"is a {kind}, not a config file")
+        unsafe = unsafe_ownership(st, os.geteuid())
+        if unsafe is not None:
+            return None, ConfigError(name, "", unsafe)
         with os.fdopen(fd, "rb", closefd=False) as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
@@ -148,6 +154,33 @@ def read_document(path: Path) -> tuple[dict[str, Any] | None, ConfigError | None
         return None, ConfigError(name, "", f"not valid TOML: {exc}")
     except RecursionError:
         return None, ConfigError(name, "", "not valid TOML: arrays or tables nested too deeply")
+
+
+def unsafe_ownership(st: os.stat_result, reader_uid: int) -> str | None:
+    """Why a config file is refused for who may change it, or None when it is safe.
+
+    rdmad runs as root and turns its config into kernel writes, so whoever can change
+    a config file can change the node: a file that others can write, or (when the
+    reader is root) one that a user other than root owns, would hand root's powers to
+    that user. Checked on the opened file (a symlink counts as its target).
+    """
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = (
+            "group- and world-"
+            if mode & stat.S_IWGRP and mode & stat.S_IWOTH
+            else ("group-" if mode & stat.S_IWGRP else "world-")
+        )
+        return (
+            f"refused: the file is {who}writable (mode {mode:04o}); only its owner may "
+            "write a config file (chmod go-w)"
+        )
+    if reader_uid == 0 and st.st_uid != 0:
+        return (
+            f"refused: the file is owned by uid {st.st_uid}, not root; a config that "
+            "rdmad runs as root must belong to root (chown root)"
+        )
+    return None
 
 
 def _read_all(

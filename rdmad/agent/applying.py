@@ -122,7 +122,10 @@ class Applier:
                 )
                 held_objs.add(obj)
                 continue
+            self._claim_before_create(action)
             result = await self._apply_one(action)
+            if isinstance(action, AddRxe) and (result.stale or not result.ok):
+                self.memory.state.managed_rxe.discard(action.name)  # not made: not ours
             if result.stale:
                 self._stale(action, result, cause)
                 held_objs.add(obj)
@@ -264,6 +267,15 @@ class Applier:
         # Status must show the finding now, not after the next drift pass: plan again.
         self.shared.queue.put(Trigger("followup", f"report why {action.module} cannot load"))
         return True
+
+    def _claim_before_create(self, action: Action) -> None:
+        """Write down an rxe link as rdmad's before creating it: a crash right after the
+        kernel made it must not leave a link rdmad created but does not know it owns
+        (it would never remove it when undeclared). A claim whose link never appeared
+        is dropped by ``forget_vanished_rxe`` on the next pass."""
+        if isinstance(action, AddRxe) and not self.shared.options.dry_run:
+            self.memory.state.managed_rxe.add(action.name)
+            self.memory.save_state()
 
     def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state

@@ -35,6 +35,19 @@ CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
 
 
+def _above_root(rel: str) -> bool:
+    """Whether the ``..`` components of a relative path climb above its start."""
+    depth = 0
+    for part in rel.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class PciFunction:
     pci: str
@@ -55,9 +68,19 @@ class Sysfs:
         self._prefix = str(root).rstrip("/")
 
     def path(self, rel: str) -> str:
+        """``rel`` under the root; OSError(EINVAL) when its ``..`` lead above the root.
+
+        Paths are built from config values and kernel names, and none may lead out of
+        the root: an absolute name is taken as relative to the root, and ``..`` may
+        only climb within it (``DEV/device/..``, a virtio NIC's PCI parent). Reads
+        treat the error as "not there", writes report it as a KernelError.
+        """
         # Plain string joins: pathlib's per-call parsing was the largest cost of an
         # observe() pass in the TCG guest (~40 %), and a pass does ~250 of these.
-        return f"{self._prefix}/{rel.lstrip('/')}"
+        rel = rel.lstrip("/")
+        if ".." in rel and _above_root(rel):
+            raise OSError(errno_mod.EINVAL, "path leads out of the sysfs root", rel)
+        return f"{self._prefix}/{rel}"
 
     # --- primitive reads ------------------------------------------------------------
 
@@ -163,7 +186,10 @@ class Sysfs:
             return []
 
     def exists(self, rel: str) -> bool:
-        return os.path.lexists(self.path(rel))
+        try:
+            return os.path.lexists(self.path(rel))
+        except OSError:
+            return False
 
     # --- writes ----------------------------------------------------------------------
 
@@ -174,9 +200,8 @@ class Sysfs:
         an error (ENOENT), never a new file. O_TRUNC as the shell's `>` does: the
         kernel ignores it, and a fake tree then holds exactly the value written.
         """
-        target = self.path(rel)
         try:
-            fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+            fd = os.open(self.path(rel), os.O_WRONLY | os.O_TRUNC)
         except OSError as exc:
             raise KernelError(op or "write", str(rel), exc.errno, exc.strerror or "") from exc
         try:

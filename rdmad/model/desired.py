@@ -3,9 +3,17 @@ error with its key path) comes from the schema itself."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from rdmad.model.values import (
     AnyMac,
@@ -178,13 +186,31 @@ class ApiSpec(_Spec):
 _HOST_PORT = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$"  # 127.0.0.1:9478, [::1]:9478
 
 
+def _loopback_only(value: str) -> str:
+    """The metrics listener serves anyone who can connect, without authentication: it
+    may listen on loopback only (a scraper on the node, or a port forward)."""
+    host = value.rpartition(":")[0].removeprefix("[").removesuffix("]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(
+            f"the metrics listener binds to a loopback address only (127.0.0.1, [::1], "
+            f"localhost), not {host!r}; scrape from the node or through a port forward, "
+            "or use textfile_dir"
+        )
+    return value
+
+
 class MetricsSpec(_Spec):
     """Prometheus metrics: always on the API socket at /metrics; optionally also here."""
 
     # A node_exporter textfile collector directory: rdmad.prom is written there atomically.
     textfile_dir: str | None = None
-    # host:port of a TCP listener ("127.0.0.1:9478"); None (the default): no TCP listener.
-    listen: Annotated[str, Field(pattern=_HOST_PORT)] | None = None
+    # host:port of a TCP listener ("127.0.0.1:9478"), loopback only; None (the default):
+    # no TCP listener.
+    listen: Annotated[str, Field(pattern=_HOST_PORT), AfterValidator(_loopback_only)] | None = None
     textfile_interval: Annotated[float, Field(ge=1.0), BeforeValidator(parse_duration)] = 15.0
 
 
