@@ -150,13 +150,21 @@ def main() -> None:
     for name, steps in results.items():
         base = steps["plan"]["p50_ms"]
         headline.append(
-            row(f"status detail, {name} (describe+to_json p50)", steps["describe+to_json"]["p50_ms"],
-                base, "plan() on the same node")  # fmt: skip
+            row(
+                f"status detail, {name} (describe+to_json p50)",
+                steps["describe+to_json"]["p50_ms"],
+                base,
+                "plan() on the same node",
+            )
         )
     conv = results["converged"]
     headline.append(
-        row("status detail, node at rest (Describer memo p50)",
-            conv["Describer, same node"]["p50_ms"], conv["plan"]["p50_ms"], "plan() on the same node")  # fmt: skip
+        row(
+            "status detail, node at rest (Describer memo p50)",
+            conv["Describer, same node"]["p50_ms"],
+            conv["plan"]["p50_ms"],
+            "plan() on the same node",
+        )
     )
     emit("detail", headline, vfs=VFS, rxe=4, runs=args.runs, **results)
 

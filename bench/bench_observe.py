@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import os
 import shutil
@@ -137,7 +138,7 @@ def fake_trees(sizes: tuple[int, ...], n: int) -> list[dict[str, Any]]:
 
 def growth(trees: list[dict[str, Any]]) -> dict[str, Any]:
     steps = []
-    for a, b in zip(trees, trees[1:], strict=False):
+    for a, b in itertools.pairwise(trees):
         t = b["observe"]["p50_ms"] / a["observe"]["p50_ms"]
         steps.append({"from": a["vfs"], "to": b["vfs"], "size_x": b["vfs"] / a["vfs"], "time_x": t})
     # Over the larger sizes, where the per-VF work outweighs the fixed part of a pass.
@@ -165,31 +166,51 @@ def main() -> int:
     print(f"{'this host':<42} {'p50 ms':>9} {'p99 ms':>9} {'n':>5}")
     for name, s in host.items():
         print(f"{name:<42} {s['p50_ms']:>9.2f} {s['p99_ms']:>9.2f} {s['n']:>5}")
-    print(f"\n{'fake tree':<10} {'observe p50 ms':>15} {'per VF us':>10} {'floor ms':>9} {'x floor':>8}")
+    print(
+        f"\n{'fake tree':<10} {'observe ms':>11} {'per VF us':>10} {'floor ms':>9} {'x floor':>8}"
+    )
     for t in trees:
         o, f = t["observe"]["p50_ms"], t["floor"]["p50_ms"]
-        print(f"{t['vfs']:>4} VFs   {o:>15.2f} {o / t['vfs'] * 1000:>10.1f} {f:>9.2f} {o / f:>8.2f}")
+        print(
+            f"{t['vfs']:>4} VFs   {o:>15.2f} {o / t['vfs'] * 1000:>10.1f} {f:>9.2f} {o / f:>8.2f}"
+        )
     for s in grow["steps"]:
         print(f"  {s['from']} -> {s['to']} VFs: size x{s['size_x']:g}, time x{s['time_x']:.2f}")
     shape = "linear or better" if grow["slope"] <= 1.15 else "WORSE than linear"
-    print(f"log-log slope {grow['slope_over'][0]}..{grow['slope_over'][1]} VFs: "
-          f"{grow['slope']:.2f} ({shape})")  # fmt: skip
+    print(
+        f"log-log slope {grow['slope_over'][0]}..{grow['slope_over'][1]} VFs: "
+        f"{grow['slope']:.2f} ({shape})"
+    )
 
     kh = host["KernelHost.observe()"]["p50_ms"]
     sh = host["ip -d -j link show + rdma -j link show"]["p50_ms"]
     headline = [
         row("observe() this host, daemon (p50)", kh, sh, "ip -d link + rdma link (2 processes)"),
-        row("observe() this host, CLI (p50)", host["observe_host('/')"]["p50_ms"], sh,
-            "ip -d link + rdma link (2 processes)"),  # fmt: skip
+        row(
+            "observe() this host, CLI (p50)",
+            host["observe_host('/')"]["p50_ms"],
+            sh,
+            "ip -d link + rdma link (2 processes)",
+        ),
     ]
     for t in trees:
         headline.append(
-            row(f"observe() fake tree, {t['vfs']} VFs (p50)", t["observe"]["p50_ms"],
-                t["floor"]["p50_ms"], "one walk+read of the tree (floor)")  # fmt: skip
+            row(
+                f"observe() fake tree, {t['vfs']} VFs (p50)",
+                t["observe"]["p50_ms"],
+                t["floor"]["p50_ms"],
+                "one walk+read of the tree (floor)",
+            )
         )
     headline.append(
-        row(f"observe() growth, log-log slope {grow['slope_over'][0]}..{grow['slope_over'][1]} VFs",
-            grow["slope"], 1.0, "linear", unit="exponent", ratio_target=1.15)  # fmt: skip
+        row(
+            f"observe() growth, log-log slope {grow['slope_over'][0]}..{grow['slope_over'][1]} VFs",
+            grow["slope"],
+            1.0,
+            "linear",
+            unit="exponent",
+            ratio_target=1.15,
+        )
     )
     emit("observe", headline, host=host, fake_trees=trees, growth=grow)
     return 0

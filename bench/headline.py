@@ -74,43 +74,46 @@ def fmt(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def table(rows: list[dict[str, Any]], bench: str | None = None) -> str:
-    """Headline rows as a fixed-width table (with a bench column when ``bench`` is given)."""
-    head = ["what", "rdmad", "baseline", "unit", "ratio", "target", "met", "vs"]
-    lines = []
-    for r in rows:
-        met = {True: "yes", False: "NO", None: "-"}[r.get("met")]
-        lines.append(
-            [
-                r["what"],
-                fmt(r.get("rdmad")),
-                fmt(r.get("baseline")),
-                r.get("unit") or "",
-                fmt(r.get("ratio")) + ("x" if r.get("ratio") is not None else ""),
-                r.get("target") or "-",
-                met,
-                r.get("baseline_name") or "",
-            ]
-        )
-    if bench is not None:
-        head.insert(0, "bench")
-        for line in lines:
-            line.insert(0, bench)
-    return render([head, *lines])
+HEAD = ["what", "rdmad", "baseline", "unit", "ratio", "target", "met", "vs"]
+
+
+def cells(r: dict[str, Any]) -> list[str]:
+    """One headline row as table cells, in the order of HEAD."""
+    met = {True: "yes", False: "NO", None: "-"}[r.get("met")]
+    ratio = r.get("ratio")
+    return [
+        r["what"],
+        fmt(r.get("rdmad")),
+        fmt(r.get("baseline")),
+        r.get("unit") or "",
+        fmt(ratio) + ("x" if ratio is not None else ""),
+        r.get("target") or "-",
+        met,
+        r.get("baseline_name") or "",
+    ]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Headline rows as a fixed-width table."""
+    return render([HEAD, *(cells(r) for r in rows)])
 
 
 def render(cells: list[list[str]]) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     out = []
     for c in cells:
-        parts = [c[i].ljust(widths[i]) if i in (0, len(c) - 1) or not _numeric(c[i]) else
-                 c[i].rjust(widths[i]) for i in range(len(c))]  # fmt: skip
+        parts = [
+            c[i].rjust(widths[i])
+            if 0 < i < len(c) - 1 and _numeric(c[i])
+            else c[i].ljust(widths[i])
+            for i in range(len(c))
+        ]
         out.append("  ".join(parts).rstrip())
     return "\n".join(out)
 
 
 def _numeric(cell: str) -> bool:
-    return cell[:1].isdigit() or cell[:1] in "-+" and cell[1:2].isdigit()
+    return cell[:1].isdigit() or (cell[:1] in "-+" and cell[1:2].isdigit())
 
 
 def emit(bench: str, headline: list[dict[str, Any]], **detail: Any) -> None:

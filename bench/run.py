@@ -30,7 +30,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from headline import render, table  # noqa: E402
+from headline import HEAD, cells, render  # noqa: E402
 
 # A bench that runs longer than this is stuck: a full lab bench boots guests under TCG.
 TIMEOUT_S = {"quick": 1200, "full": 4 * 3600}
@@ -40,15 +40,16 @@ TIMEOUT_S = {"quick": 1200, "full": 4 * 3600}
 class Bench:
     name: str
     path: Path
-    lab: bool
+    lab: bool | None  # None: not declared, an error
     status: str = "pending"  # ok | skipped | error
     reason: str = ""
     seconds: float = 0.0
     result: dict[str, Any] = field(default_factory=dict)
 
 
-def is_lab(path: Path) -> bool:
-    """The module-level ``LAB = True/False`` (read, not imported: no lab imports here)."""
+def is_lab(path: Path) -> bool | None:
+    """The module-level ``LAB = True/False`` (read, not imported: no lab imports here);
+    None when the bench does not declare it."""
     for node in ast.parse(path.read_text()).body:
         if (
             isinstance(node, ast.Assign)
@@ -56,7 +57,7 @@ def is_lab(path: Path) -> bool:
             and isinstance(node.value, ast.Constant)
         ):
             return bool(node.value.value)
-    raise SystemExit(f"{path.name}: no module-level LAB = True/False (the bench contract)")
+    return None
 
 
 def discover(only: list[str]) -> list[Bench]:
@@ -66,7 +67,7 @@ def discover(only: list[str]) -> list[Bench]:
         raise SystemExit(f"no such bench: {', '.join(unknown)} (have: {', '.join(found)})")
     wanted = {n.removeprefix("bench_") for n in only} or set(found)
     benches = [Bench(n, p, is_lab(p)) for n, p in found.items() if n in wanted]
-    return sorted(benches, key=lambda b: (b.lab, b.name))  # host ones first
+    return sorted(benches, key=lambda b: (b.lab is not False, b.name))  # host ones first
 
 
 def lab_unavailable() -> str | None:
@@ -91,6 +92,9 @@ def last_json(stdout: str) -> dict[str, Any] | None:
 
 
 def run_one(b: Bench, quick: bool, ci: bool) -> None:
+    if b.lab is None:
+        b.status, b.reason = "error", "no module-level LAB = True/False (the bench contract)"
+        return
     if b.lab and (why := lab_unavailable()) is not None:
         b.status, b.reason = ("error" if ci else "skipped"), why
         return
@@ -131,7 +135,11 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.strip()
     return {
         "kernel": platform.release(),
@@ -143,14 +151,15 @@ def machine() -> dict[str, Any]:
 
 
 def combined(benches: list[Bench]) -> str:
-    blocks = []
+    """One table: every bench's headline rows, and a row for each skipped or failed one."""
+    lines = [["bench", *HEAD]]
     for b in benches:
         if b.status == "ok":
-            rows = b.result["headline"]
-            blocks.append(table(rows, b.name) if rows else f"{b.name}  (no headline rows)")
+            rows = b.result["headline"] or [{"what": "(no headline rows)"}]
+            lines += [[b.name, *cells(r)] for r in rows]
         else:
-            blocks.append(render([[b.name, f"{b.status}: {b.reason}"]]))
-    return "\n".join(blocks)
+            lines.append([b.name, f"{b.status}: {b.reason}"] + [""] * (len(HEAD) - 1))
+    return render(lines)
 
 
 def main() -> int:
