@@ -99,7 +99,7 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
         b.status, b.reason = ("error" if ci else "skipped"), why
         return
     argv = [sys.executable, str(b.path), *(["--quick"] if quick else [])]
-    print(f"== {b.name}: {' '.join(argv[1:])}", flush=True)
+    print(f"== {b.name}: {b.path.relative_to(REPO)}{' --quick' if quick else ''}", flush=True)
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
