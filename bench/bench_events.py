@@ -9,18 +9,19 @@ the default settle window. (Without udevd, rdmad's udev monitor reads the kernel
 uevents itself.) Each pass records when the oldest trigger it answers
 arrived; the latency is pass start minus that arrival.
 
-* idle loop: ``ip link add benchN type veth peer name benchpN``, wait for the pass that answers it,
-  delete the link, wait for that pass, leave the loop idle 0.4 s (> settle): every
-  event meets an idle loop (the leading edge). Baseline: what a udev ``RUN+=`` rule
-  adds after the same event, at least one fork+exec of its program (``/bin/true``
-  started and reaped; udevd's own queueing comes on top and is not counted).
-* burst: one ``ip -batch`` adding ``--burst`` veth links (one RTM_NEWLINK each, and a
-  uevent each where udevd runs); events in (triggers the sources delivered) vs passes
+* idle loop: ``ip link add benchN type veth peer name benchpN``, wait for the pass
+  that answers it, delete the link, wait for that pass, leave the loop idle 0.4 s
+  (> settle): every event meets an idle loop (the leading edge). Baseline: what a
+  udev ``RUN+=`` rule adds after the same event, at least one fork+exec of its
+  program (``/bin/true`` started and reaped; udevd's queueing is not counted).
+* burst: one ``ip -batch`` adding ``--burst`` links (veth pairs: this kernel may lack
+  dummy); event -> pass start for every event of it (its arrival as the agent took
+  it -> the next pass start; no baseline: a rule's latency in a burst is udevd's
+  queueing, not measured here), events in (triggers the sources delivered) vs passes
   run until the loop is quiet. Baseline: a ``RUN+=`` rule on ``ACTION=="add",
   SUBSYSTEM=="net"`` runs once per such uevent: counted on the namespace's kernel
   uevent socket during the burst, not estimated; their CPU is measured by running
-  ``/bin/true`` that many times here (the least a rule costs).
-  Target: <= 3 passes.
+  ``/bin/true`` that many times here (the least a rule costs). Target: <= 3 passes.
 
 Needs root (a netns, links); without it prints why and reports no figures.
 Prints a table, then one JSON line.
@@ -90,10 +91,12 @@ class Counting:
         self.name = source.name
         self.source = source
         self.count = 0
+        self.arrivals: list[float] = []  # monotonic, as the agent takes each trigger
 
     async def _gen(self) -> AsyncIterator[Any]:
         async for t in self.source:
             self.count += 1
+            self.arrivals.append(time.monotonic())
             yield t
 
     def __aiter__(self) -> AsyncIterator[Any]:
@@ -191,6 +194,14 @@ async def inner(events: int, burst: int) -> dict[str, Any]:
         uevents.close()
         burst_passes = [p for p in agent.passes if p.started >= t0]
         by_source = {c.name: c.count - before[c.name] for c in counted}
+        # Each event of the burst: its arrival -> the start of the first pass after it.
+        starts = sorted(p.started for p in burst_passes)
+        during = []
+        for c in counted:
+            for a in c.arrivals[before[c.name] :]:
+                after = [st for st in starts if st >= a]
+                if after:
+                    during.append((after[0] - a) * 1000)
         events_in = sum(by_source.values())
         last_end = max((p.started + p.seconds for p in burst_passes), default=t0)
         return {
@@ -205,6 +216,7 @@ async def inner(events: int, burst: int) -> dict[str, Any]:
                 "passes": agent.shared.pass_count - before_passes,
                 "ip_batch_s": t_cmd,
                 "to_last_pass_end_s": last_end - t0,
+                "event_to_pass_ms": during,
                 "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
             },
         }
@@ -275,6 +287,8 @@ def main() -> int:
         subprocess.run(["ip", "netns", "del", ns], check=False)
     floor_ms, _ = rule_floor(max(20, 2 * args.events))
     b = raw["burst"]
+    during = b.pop("event_to_pass_ms")  # summarised below; 2000 numbers are noise in the JSON
+    b["event_to_pass"] = {"p50_ms": median(during), "p99_ms": pct(during, 99), "n": len(during)}
     _, floor_cpu = rule_floor(b["net_add_uevents"])
     idle = raw["idle_ms"]
     print(f"event sources: {', '.join(raw['sources'])}")
@@ -289,6 +303,14 @@ def main() -> int:
     headline = [
         row("event -> pass start, idle loop (p50)", median(idle), median(floor_ms), rule),
         row("event -> pass start, idle loop (p99)", pct(idle, 99), pct(floor_ms, 99), rule),
+        row(
+            f"event -> pass start, burst of {b['links_added']} links (p50)",
+            median(during),
+        ),
+        row(
+            f"event -> pass start, burst of {b['links_added']} links (p99)",
+            pct(during, 99),
+        ),
         row(
             f"burst of {b['links_added']} links: passes run vs rule runs",
             b["passes"],
