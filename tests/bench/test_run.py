@@ -7,9 +7,11 @@ under a second); the test checks the shape of what was written, never a number.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"what", "rdmad", "baseline", "baseline_name", "unit", "ratio", "target", "met"}
@@ -57,3 +59,35 @@ def test_unknown_bench_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "no such bench: nosuch" in proc.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def run_lab_bench(
+    tmp_path: Path, ci: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env.update(RDMAD_SKIP_LAB="1", CI=ci)
+    out = tmp_path / f"ci-{ci}.json"
+    proc = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--only", "guard_lab", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc, json.loads(out.read_text())["benches"]["guard_lab"]
+
+
+def test_a_lab_bench_that_cannot_run_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    proc, entry = run_lab_bench(tmp_path, ci="false")
+    assert proc.returncode == 0, proc.stderr
+    assert (entry["lab"], entry["status"], entry["reason"]) == (True, "skipped", "RDMAD_SKIP_LAB=1")
+    assert "guard_lab  skipped: RDMAD_SKIP_LAB=1" in proc.stdout
+
+
+def test_in_ci_a_lab_bench_that_cannot_run_is_an_error(tmp_path: Path) -> None:
+    proc, entry = run_lab_bench(tmp_path, ci="true")
+    assert proc.returncode == 1
+    assert (entry["status"], entry["reason"]) == ("error", "RDMAD_SKIP_LAB=1")
+    assert "errors: guard_lab" in proc.stderr
