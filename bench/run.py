@@ -19,8 +19,10 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +93,28 @@ def last_json(stdout: str) -> dict[str, Any] | None:
     return obj
 
 
+def echo(proc: subprocess.Popen[str], out: list[str]) -> None:
+    """The bench's stdout, kept and echoed as it comes (a full run is long)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line)
+        print(f"  {line}", end="", flush=True)
+
+
+def stop_group(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM to the bench's process group (its cleanup runs), SIGKILL if it lingers."""
+    for sig, grace in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
 def run_one(b: Bench, quick: bool, ci: bool) -> None:
     if b.lab is None:
         b.status, b.reason = "error", "no module-level LAB = True/False (the bench contract)"
@@ -101,20 +125,26 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
     argv = [sys.executable, str(b.path), *(["--quick"] if quick else [])]
     print(f"== {b.name}: {b.path.relative_to(REPO)}{' --quick' if quick else ''}", flush=True)
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    # Its own process group, so a bench stuck past the bound goes with its children.
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     out: list[str] = []
-    for line in proc.stdout:  # echoed as it comes: a full run is long
-        out.append(line)
-        print(f"  {line}", end="", flush=True)
+    reader = threading.Thread(target=echo, args=(proc, out), daemon=True)
+    reader.start()
+    limit = TIMEOUT_S["quick" if quick else "full"]
+    timed_out = False
     try:
-        rc = proc.wait(timeout=TIMEOUT_S["quick" if quick else "full"])
+        rc = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
+        timed_out = True
+        rc = stop_group(proc)
+    reader.join(30)
     b.seconds = time.monotonic() - start
     obj = last_json("".join(out))
-    if b.lab and rc == 2:
+    if timed_out:
+        b.status, b.reason = "error", f"still running after {limit} s: stopped"
+    elif b.lab and rc == 2:
         b.status = "error" if ci else "skipped"
         b.reason = "the lab cannot run (exit 2; its reason is above)"
     elif rc != 0:
