@@ -116,7 +116,7 @@ def _numeric(cell: str) -> bool:
     return cell[:1].isdigit() or (cell[:1] in "-+" and cell[1:2].isdigit())
 
 
-def emit(bench: str, headline: list[dict[str, Any]], **detail: Any) -> None:
+def emit(bench: str, headline: list[dict[str, Any]], /, **detail: Any) -> None:
     """Print the headline table, then the one JSON line the runner reads (last)."""
     print(table(headline))
-    print(json.dumps({"bench": bench, "headline": headline, **detail}, default=str))
+    print(json.dumps({**detail, "bench": bench, "headline": headline}, default=str))
