@@ -1,10 +1,16 @@
-.PHONY: test demo lint lab-shell lab-image bench deb rpm packages lock
+.PHONY: test demo lint lab-shell lab-image bench bench-quick deb rpm packages lock
 test:
 	bash scripts/test.sh
 demo:
 	bash scripts/demo.sh
 lint:
 	bash scripts/setup.sh && .venv/bin/ruff check rdmad tests bench && .venv/bin/mypy rdmad && .venv/bin/lint-imports
+# Every bench/bench_*.py: one table of ratios to the baselines, and bench/results.json.
+# bench-quick runs each once at its smallest size (CI): it fails on errors, never on timings.
+bench:
+	bash scripts/setup.sh && .venv/bin/python bench/run.py
+bench-quick:
+	bash scripts/setup.sh && .venv/bin/python bench/run.py --quick
 lab-image:
 	bash scripts/lab-deps.sh && bash scripts/lab-image.sh
 lab-shell:

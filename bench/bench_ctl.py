@@ -1,6 +1,6 @@
 """`rdmad-ctl status` wall time against a fixture API, vs a bare `python3 -c pass`.
 
-    .venv/bin/python bench/bench_ctl.py [-n 40]
+    .venv/bin/python bench/bench_ctl.py [-n 40] [--quick]
 
 Each run is a new process, as an operator's is: interpreter start, imports, one
 request over the UNIX socket to a stdlib HTTP server in this process answering the
@@ -14,7 +14,6 @@ JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socketserver
@@ -29,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from headline import emit, row  # noqa: E402
+
+LAB = False
 FIXTURE = REPO / "tests" / "ctl" / "fixtures" / "status-converged.json"
 TARGET_MS = 40.0
 
@@ -73,7 +77,10 @@ def run_once(argv: list[str], env: dict[str, str], want: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=40, help="runs per command")
+    parser.add_argument("--quick", action="store_true", help="3 runs per command (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.n = 3
     workdir = Path(tempfile.mkdtemp(prefix="bench-ctl-", dir="/tmp"))
     sock = str(workdir / "rdmad.sock")
     server = _Server(sock, _Handler)
@@ -112,8 +119,24 @@ def main() -> None:
             f"{r['over_bare_ms']:>+10.1f}"
         )
     over = results["rdmad-ctl status"]["over_bare_ms"]
-    ok = over <= TARGET_MS
-    print(json.dumps({"bench": "ctl", "target_over_bare_ms": TARGET_MS, "ok": ok, **results}))
+    ctl = results["rdmad-ctl status"]
+    headline = [
+        row(
+            "rdmad-ctl status, new process (median)",
+            ctl["median_ms"],
+            bare,
+            "bare interpreter (python3 -c pass)",
+            target=f"<= bare + {TARGET_MS:g} ms",
+            met=over <= TARGET_MS,
+        ),
+        row(
+            "rdmad-ctl status, new process (p90)",
+            ctl["p90_ms"],
+            results["python3 -c pass"]["p90_ms"],
+            "bare interpreter (python3 -c pass)",
+        ),
+    ]
+    emit("ctl", headline, target_over_bare_ms=TARGET_MS, **results)
 
 
 if __name__ == "__main__":

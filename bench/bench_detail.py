@@ -1,20 +1,21 @@
 """Status detail cost: describe() (per-VF, per-attribute status) beside plan() on one PF
 with 64 VFs and 4 rxe links, every VF declaring the usual attributes.
 
-    .venv/bin/python bench/bench_detail.py [--runs 500]
+    .venv/bin/python bench/bench_detail.py [--runs 500] [--quick]
 
 Two nodes: converged (the steady state: every pass publishes status) and one where
 every VF's MAC differs (a plan with 64 changes). For each: plan() alone, describe()
 alone, describe() + to_json() of every object (what /v1/status serialises), and the
 reporter's ``Describer`` given a new observation equal to the last (a node at rest).
-Prints a table and one JSON line.
+Headline: the detail each pass publishes (describe + to_json, p50) and the reporter's
+memo on a node at rest, as a ratio to plan() on the same node (the work a pass does
+anyway). Prints a table and one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
@@ -23,6 +24,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from headline import emit, row  # noqa: E402
 
 from rdmad.model import (  # noqa: E402
     Desired,
@@ -38,6 +42,7 @@ from rdmad.model import (  # noqa: E402
 from rdmad.reconcile import plan  # noqa: E402
 from rdmad.reconcile.detail import Describer, describe  # noqa: E402
 
+LAB = False
 PF = "0000:3b:00.0"
 VFS = 64
 
@@ -111,7 +116,10 @@ def timed(fn: Callable[[], object], runs: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--quick", action="store_true", help="20 runs (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 20
     results: dict[str, dict[str, dict[str, float]]] = {}
     for name, drifted in (("converged", False), ("64 MACs differ", True)):
         d, o = node(drifted)
@@ -138,7 +146,27 @@ def main() -> None:
     for name, steps in results.items():
         for step, r in steps.items():
             print(f"{name:<22} {step:<22} {r['p50_ms']:>9.3f} {r['p99_ms']:>9.3f}")
-    print(json.dumps({"bench": "detail", "vfs": VFS, "rxe": 4, "runs": args.runs, **results}))
+    headline = []
+    for name, steps in results.items():
+        base = steps["plan"]["p50_ms"]
+        headline.append(
+            row(
+                f"status detail, {name} (describe+to_json p50)",
+                steps["describe+to_json"]["p50_ms"],
+                base,
+                "plan() on the same node",
+            )
+        )
+    conv = results["converged"]
+    headline.append(
+        row(
+            "status detail, node at rest (Describer memo p50)",
+            conv["Describer, same node"]["p50_ms"],
+            conv["plan"]["p50_ms"],
+            "plan() on the same node",
+        )
+    )
+    emit("detail", headline, vfs=VFS, rxe=4, runs=args.runs, **results)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Guard decision time, cold start included, vs a bare `python3 -c pass` in the same run.
 
-    .venv/bin/python bench/bench_guard.py [-n 30] [--lab]
+    .venv/bin/python bench/bench_guard.py [-n 30] [--lab] [--quick]
 
 The guard runs inside `modprobe -r` as a new process: interpreter start, its imports
 (no pydantic, no aiohttp), one walk of /proc for open vfio/uverbs files, libvirt's
@@ -11,7 +11,8 @@ the guard and bare python alternate so load hits both alike.
   /proc walk and the imports are the cost) and `check mlx5_core` over a fake tree of
   2 PFs x 64 VFs, one VF held through vfio (refused: the whole walk). Target < 150 ms.
 * --lab: the same in the QEMU/TCG guest with igb's 7 VFs, one held through vfio,
-  with the installed package's interpreter.
+  with the installed package's interpreter (bench_guard_lab.py runs that part alone,
+  for bench/run.py).
 
 Prints a table, then one JSON line.
 """
@@ -32,7 +33,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from headline import emit, row  # noqa: E402
+
+LAB = False
 TARGET_MS = 150.0
+BARE = "bare interpreter (python3 -c pass)"
 
 # Runs inside the guest with the package's python: interleaved cold starts, JSON out.
 GUEST_SCRIPT = r"""
@@ -136,7 +143,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=30, help="cold starts per command")
     ap.add_argument("--lab", action="store_true", help="also in the QEMU guest (root, lab image)")
+    ap.add_argument("--quick", action="store_true", help="3 cold starts per command (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.n = 3
     result: dict[str, Any] = {"host": host(args.n)}
     if args.lab:
         result["guest"] = lab(max(5, args.n // 3))
@@ -155,8 +165,43 @@ def main() -> int:
     verdict = "met" if guard < TARGET_MS else "MISSED"
     print(f"target: guard decision < {TARGET_MS:g} ms on the host, cold start included: {verdict}")
     result["target_ms"] = TARGET_MS
-    print(json.dumps(result, sort_keys=True))
+    emit("guard", headline_rows(result), **result)
     return 0
+
+
+def headline_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    if "host" in result:
+        h = result["host"]
+        bare = h["bare"]["median_ms"]
+        g = h["guard_host"]["median_ms"]
+        rows += [
+            row(
+                "guard decision, this host (median, cold start)",
+                g,
+                bare,
+                BARE,
+                target=f"< {TARGET_MS:g} ms",
+                met=g < TARGET_MS,
+            ),
+            row(
+                "guard decision, fake tree 128 VFs, one held (median)",
+                h["guard_tree_128vfs"]["median_ms"],
+                bare,
+                BARE,
+            ),
+        ]
+    if "guest" in result:
+        gu = result["guest"]
+        rows.append(
+            row(
+                "guard decision, TCG guest, igb 7 VFs one held (median)",
+                gu["guest_guard"]["median_ms"],
+                gu["guest_bare"]["median_ms"],
+                BARE,
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

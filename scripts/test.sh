@@ -38,3 +38,7 @@ fi
 
 echo "== pytest"
 $py/python -m pytest "$@"
+
+# Every benchmark once at its smallest size: errors fail the run, numbers never do.
+echo "== bench-quick"
+make --no-print-directory bench-quick

@@ -34,7 +34,7 @@ from typing import Protocol
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
-from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs import PciFunction, Sysfs
 from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
@@ -276,10 +276,13 @@ def vf_usage(
     vf_pci: str,
     rdma_links: Sequence[RdmaLinkObserved] = (),
     namespaces: Namespaces | None = None,
+    fn: PciFunction | None = None,
 ) -> Usage:
     """Everything that holds the VF. ``rdma_links`` carry their usage already combined
-    (``rdma_link_usage``); ``namespaces`` None looks hidden netdevs up over rtnetlink."""
-    fn = sysfs.pci_function(vf_pci)
+    (``rdma_link_usage``); ``namespaces`` None looks hidden netdevs up over rtnetlink.
+    ``fn``: the VF as the caller just read it (a pass reads each VF once), else read."""
+    if fn is None:
+        fn = sysfs.pci_function(vf_pci)
     if fn is None:
         return FREE  # gone: nothing can hold it
     if isinstance(libvirt, dict):

@@ -1022,11 +1022,13 @@ def remove_stale_workdirs() -> None:
 
 
 def pool_or_exit(who: str) -> GuestPool:
-    """A GuestPool for a script (demo, benchmarks); exits with the reason if the lab can't run."""
+    """A GuestPool for a script (demo, benchmarks); if the lab can't run, prints the reason
+    and exits 2 (bench/run.py tells that apart from an error)."""
     missing = missing_prerequisite()
     image = find_image() if missing is None else None
     if image is None:
-        raise SystemExit(f"{who}: the lab cannot run: {missing or 'no guest image'}")
+        print(f"{who}: the lab cannot run: {missing or 'no guest image'}", file=sys.stderr)
+        raise SystemExit(2)
     return GuestPool(image)
 
 

@@ -1,0 +1,276 @@
+"""Start -> READY and the daemon's import cost, vs a bare interpreter in the same run.
+
+    .venv/bin/python bench/bench_start.py [-n 10] [--quick]
+
+* start -> READY: Popen until READY=1 arrives on NOTIFY_SOCKET (systemd's side played
+  here), interleaved with ``python3 -c pass`` (start to exit) so load hits all alike.
+  - empty config: ``rdmad run`` itself (this host's kernel, read only), state and API
+    socket in a temp dir;
+  - 4 VFs + rxe: the daemon's wiring (its imports, the Agent, READY through the same
+    notifier) over a fake sysfs tree (tests/support/fakesysfs.py: the mlx5 node with 4
+    VFs, rdma_rxe loaded) and a config declaring the 4 VFs and one rxe link.
+    ``rdmad run`` reads only "/", hence the small launcher; the pass, the plan and the
+    READY are the real ones.
+* import cost: ``python -X importtime`` of what ``rdmad run`` imports (rdmad.cli,
+  rdmad.daemon), wall time vs ``python3 -c pass``; the top 10 modules by their own
+  time (median of the runs). ``rich`` is hidden (sys.modules['rich'] = None): only
+  the dev tools install it, and structlog imports it when present; the package's
+  dependencies do not include it.
+
+Byte-code is compiled once first (an installed package has its .pyc files).
+Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from headline import emit, median, pct, row  # noqa: E402
+
+from tests.support.fakesysfs import MLX5_PF, mlx5_node  # noqa: E402
+
+LAB = False
+HIDE_RICH = "import sys; sys.modules['rich'] = None; "
+DAEMON_IMPORTS = "import rdmad.cli, rdmad.daemon"
+
+# The daemon's wiring over a fake root: argv = tree, config file.
+FAKE_ROOT_DAEMON = r"""
+import asyncio, signal, sys
+from pathlib import Path
+import rdmad.cli, rdmad.daemon
+from rdmad import config
+from rdmad.agent import Agent, AgentOptions
+from rdmad.clock import SystemClock
+from rdmad.kernel.host import KernelHost
+from rdmad.triggers import TriggerQueue
+
+async def main():
+    clock = SystemClock()
+    agent = Agent(KernelHost(sys.argv[1]), lambda: config.load(Path(sys.argv[2])), clock=clock,
+                  queue=TriggerQueue(clock), notifier=rdmad.daemon.SdNotifier(),
+                  options=AgentOptions())
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, agent.stop)
+    await agent.run()
+
+asyncio.run(main())
+"""
+
+VF_RXE_CONFIG = f"""
+[[sriov]]
+pf = {{ pci = "{MLX5_PF}" }}
+numvfs = 4
+
+[[rxe]]
+name = "rxe0"
+netdev = {{ name = "eth0" }}
+"""
+
+
+class Notify:
+    """systemd's end of NOTIFY_SOCKET."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"no READY=1 within {timeout} s")
+            self.sock.settimeout(left)
+            if b"READY=1" in self.sock.recv(65536):
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def to_ready(argv: list[str], env: dict[str, str], work: Path) -> float:
+    notify = Notify(work / "notify.sock")
+    env = dict(env, NOTIFY_SOCKET=str(notify.path))
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            notify.wait_ready()
+            took = time.perf_counter() - t0
+        except Exception:
+            proc.kill()
+            _, err = proc.communicate()
+            raise RuntimeError(f"{argv[:4]}: {err.decode()[-2000:]}") from None
+        stop(proc)
+        return took * 1000
+    finally:
+        notify.close()
+        (work / "notify.sock").unlink(missing_ok=True)
+
+
+def wall(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t0) * 1000
+
+
+def start_to_ready(n: int, work: Path, env: dict[str, str]) -> dict[str, list[float]]:
+    py = sys.executable
+    empty = work / "etc-empty"
+    empty.mkdir()
+    (empty / "rdmad.toml").write_text(
+        f'[daemon]\nstate_dir = "{work / "state"}"\n\n[api]\nsocket = "{work / "rdmad.sock"}"\n'
+    )
+    tree = work / "tree"
+    mlx5_node(tree)
+    cfg = work / "vf-rxe.toml"
+    cfg.write_text(VF_RXE_CONFIG)
+    cmds = {
+        "bare": lambda: wall([py, "-c", "pass"], env),
+        "empty": lambda: to_ready(
+            [py, "-m", "rdmad.cli", "run", "--config", str(empty), "--log-level", "warning"],
+            env,
+            work,
+        ),
+        "vf_rxe": lambda: to_ready([py, "-c", FAKE_ROOT_DAEMON, str(tree), str(cfg)], env, work),
+    }
+    for fn in cmds.values():  # byte-code compiled, page cache warm
+        fn()
+    out: dict[str, list[float]] = {k: [] for k in cmds}
+    for _ in range(n):
+        for k, fn in cmds.items():
+            out[k].append(fn())
+    return out
+
+
+def importtime(code: str, env: dict[str, str]) -> tuple[float, dict[str, int]]:
+    """Wall ms of the process, and each module's own import time (us)."""
+    t0 = time.perf_counter()
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    took = (time.perf_counter() - t0) * 1000
+    own = {}
+    for line in res.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, _cum, name = (p.strip() for p in line[len("import time:") :].split("|"))
+        own[name] = int(self_us)
+    return took, own
+
+
+def imports(n: int, env: dict[str, str]) -> dict[str, Any]:
+    importtime(HIDE_RICH + DAEMON_IMPORTS, env)  # compile
+    walls: dict[str, list[float]] = {"bare": [], "daemon": []}
+    per_module: dict[str, list[int]] = defaultdict(list)
+    for _ in range(n):
+        walls["bare"].append(importtime("pass", env)[0])
+        took, own = importtime(HIDE_RICH + DAEMON_IMPORTS, env)
+        walls["daemon"].append(took)
+        for name, us in own.items():
+            per_module[name].append(us)
+    _, bare_own = importtime("pass", env)
+    extra = {m: statistics.median(v) for m, v in per_module.items() if m not in bare_own}
+    top = sorted(extra.items(), key=lambda kv: -kv[1])[:10]
+    return {
+        "wall_ms": walls,
+        "modules": len(extra),
+        "own_total_ms": sum(extra.values()) / 1000,
+        "top10_ms": [(m, us / 1000) for m, us in top],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=10, help="runs of each")
+    ap.add_argument("--quick", action="store_true", help="one run of each (CI)")
+    args = ap.parse_args()
+    n = 1 if args.quick else args.n
+    work = Path(tempfile.mkdtemp(prefix="rdmad-bench-start-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pyc")
+    env["PYTHONPATH"] = str(REPO)
+    try:
+        ready = start_to_ready(n, work, env)
+        imp = imports(max(3, n), env)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"{'start -> READY':<34} {'p50 ms':>9} {'max ms':>9} {'n':>4}")
+    for k, label in (
+        ("bare", "python3 -c pass (start to exit)"),
+        ("empty", "rdmad run, empty config"),
+        ("vf_rxe", "4 VFs + rxe (fake tree)"),
+    ):
+        print(f"{label:<34} {median(ready[k]):>9.1f} {max(ready[k]):>9.1f} {len(ready[k]):>4}")
+    w = imp["wall_ms"]
+    print(
+        f"\nimports of rdmad run: {imp['modules']} modules beyond bare python, "
+        f"{imp['own_total_ms']:.0f} ms of their own; process wall {median(w['daemon']):.0f} ms "
+        f"vs bare {median(w['bare']):.0f} ms"
+    )
+    print("top 10 by own import time:")
+    for m, ms in imp["top10_ms"]:
+        print(f"  {ms:>7.1f} ms  {m}")
+    bare = "bare interpreter (python3 -c pass)"
+    headline = [
+        row(
+            "start -> READY, empty config (p50)",
+            median(ready["empty"]),
+            median(ready["bare"]),
+            bare,
+        ),
+        row(
+            "start -> READY, empty config (max)", max(ready["empty"]), pct(ready["bare"], 100), bare
+        ),
+        row(
+            "start -> READY, 4 VFs + rxe, fake tree (p50)",
+            median(ready["vf_rxe"]),
+            median(ready["bare"]),
+            bare,
+        ),
+        row(
+            "import rdmad.cli + rdmad.daemon (process wall p50)",
+            median(w["daemon"]),
+            median(w["bare"]),
+            bare,
+        ),
+    ]
+    emit("start", headline, start_to_ready_ms=ready, imports=imp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
