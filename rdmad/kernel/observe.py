@@ -276,7 +276,7 @@ def _pf(
                 netdev=sysfs.own_netdev(vfn.netdevs) if vfn else None,
                 settings=settings,
                 ib=ib,
-                usage=vf_usage(sysfs, files, libvirt, vf_pci, rdma_links, namespaces),
+                usage=vf_usage(sysfs, files, libvirt, vf_pci, rdma_links, namespaces, fn=vfn),
             )
         )
     return PfObserved(
