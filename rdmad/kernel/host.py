@@ -4,8 +4,8 @@ An action is carried out as the writes ``kernel.writes.planned_writes`` describe
 (the same description a dry run records). Every kernel write goes through one
 method, ``KernelHost._execute``: it re-checks a destructive write against the
 kernel (current value and usage), performs it off the event loop with a deadline,
-logs "old -> new" with the action's reason and appends a ``WriteRecord`` to
-``records`` (the agent's history reads it). Nothing else in rdmad changes the kernel.
+logs "old -> new" with the action's reason (at debug when it worked: the agent logs
+each change at info, with its cause) and appends a ``WriteRecord`` to ``records``. Nothing else in rdmad changes the kernel.
 """
 
 from __future__ import annotations
@@ -354,8 +354,8 @@ class KernelHost:
             self.clock.wall(), action.kind, action.obj, target, old, new, action.reason, error, took
         )
         self.records.append(record)
-        if error is None:
-            log.info("%s: %s", action.obj, record.describe())
+        if error is None:  # the agent logs each change at info, with its cause
+            log.debug("%s: %s", action.obj, record.describe())
         else:
             log.warning("%s: %s", action.obj, record.describe())
         return record

@@ -109,7 +109,7 @@ def plan_sriov(
                 Blocked(obj, f"{pf.pci} has no netdev: VF settings are set through the PF's netdev")
             )
         else:
-            what = ", ".join(sorted({f"VF {c.vf}" for c in netlink_changes}))
+            what = _vf_list({c.vf for c in netlink_changes})
             actions.append(
                 SetVfSettings(
                     obj,
@@ -328,3 +328,18 @@ def _ib_changes(spec: VfSpec, vf: VfObserved) -> list[VfChange] | None:
         for attr, new in wanted
         if getattr(vf.ib, attr) != new
     ]
+
+
+def _vf_list(indexes: set[int]) -> str:
+    """'VF 0, VF 3' for a few; '64 VFs (0-63)' for many: one reason is logged per write."""
+    ordered = sorted(indexes)
+    if len(ordered) <= 4:
+        return ", ".join(f"VF {i}" for i in ordered)
+    runs: list[list[int]] = []
+    for i in ordered:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    spans = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return f"{len(ordered)} VFs ({spans})"

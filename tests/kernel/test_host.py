@@ -150,7 +150,7 @@ async def test_set_numvfs_writes_logs_and_records(
 ) -> None:
     host = make_host(tree)
     action = SetNumVfs("sriov name=enp94s0f0", "restore 7 VFs", pci=IGB_PF, old=0, new=7)
-    with caplog.at_level(logging.INFO, "rdmad.kernel"):
+    with caplog.at_level(logging.DEBUG, "rdmad.kernel"):
         result = await host.apply(action)
     assert result.outcome is Outcome.APPLIED and result.ok and not result.errors
     assert (tree / IGB_NUMVFS).read_text() == "7"

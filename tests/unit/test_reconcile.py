@@ -634,3 +634,11 @@ def test_ib_defaults_are_what_vfs_start_with() -> None:
     assert make_vfs(pf(ib=True), 1)[0].ib == IbVfSettings(
         "00:00:00:00:00:00:00:00", "00:00:00:00:00:00:00:00", "Follow"
     )
+
+
+def test_a_vf_settings_reason_names_many_vfs_in_spans() -> None:
+    from rdmad.reconcile.sriov import _vf_list
+
+    assert _vf_list({3, 0}) == "VF 0, VF 3"
+    assert _vf_list(set(range(64))) == "64 VFs (0-63)"
+    assert _vf_list({0, 1, 2, 5, 7, 8, 10}) == "7 VFs (0-2, 5, 7-8, 10)"
