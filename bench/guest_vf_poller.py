@@ -6,7 +6,7 @@ costs nothing to import and shares nothing with the code it measures):
     python3 guest_vf_poller.py SPEC.json OUT.json
 
 SPEC: {"pci": BDF of the PF, "numvfs": N, "vfs": {"I": {attr: value}}, "rxe": name or
-null, "timeout": s, "interval": s, "ready": path or null}. Attributes use rdmad's
+null, "timeout": s, "interval": s, "ready": path or null, "wait_gone": bool}. Attributes use rdmad's
 config vocabulary (mac, vlan, qos, vlan_proto, spoofchk, trust, link_state, min_tx_rate,
 max_tx_rate, query_rss).
 
@@ -23,7 +23,8 @@ systemd's monotonic stamps in the guest):
 * ``t_done``: first poll that found every declared value and the rxe link;
 * ``polls`` and ``poll_s`` (mean cost of one poll: the clock's resolution).
 
-It exits when done or at the timeout (``t_done`` null then, with the last mismatch).
+With ``wait_gone`` the PF netdev must vanish first (a driver reload), then every time is
+of its return. It exits when done or at the timeout (``t_done`` null then, with the last mismatch).
 When ``ready`` is set it creates that file after its first poll, so a driver can start
 the action once the clock runs.
 """
@@ -154,6 +155,9 @@ def main() -> int:
     polls = 0
     busy = 0.0
     ready = spec.get("ready")
+    # wait_gone: the PF is there now and about to go (a driver reload): wait for it
+    # to vanish first, then time its return.
+    gone = not spec.get("wait_gone")
     while True:
         t = time.monotonic()
         polls += 1
@@ -164,6 +168,9 @@ def main() -> int:
             except OSError:
                 names = []
             name = names[0] if names else None
+        if not gone:
+            gone = name is None
+            name = None
         got = link.get(name) if name else None
         if got is not None:
             if res["t_pf"] is None:
