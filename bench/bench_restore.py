@@ -11,10 +11,10 @@ link `rxr0` on the PF's netdev. Two modes, each with the other disabled:
 * shell: what users run today, one script (numvfs write, one `ip link set PF vf I ...`
   per VF, `rdma link add`). After a reboot it runs as a `Type=oneshot` unit ordered
   after the PF's netdev device unit (`sys-subsystem-net-devices-PF.device`); a oneshot
-  unit never runs again by itself, so after a driver reload the same unit is started
-  by a udev rule on the PF netdev's `add` event (`ENV{SYSTEMD_WANTS}`: systemd starts
-  it once the device unit is up; `RUN+="systemctl ... restart"` fails there, the
-  unit's BindsTo= device not being active yet while udev still handles the event).
+  unit never runs again by itself, so after a driver reload the same script is started
+  by a udev rule on the PF netdev's `add` event (`RUN+="systemd-run --no-block ..."`;
+  `systemctl restart` of the oneshot unit fails there: its BindsTo= device is not
+  active yet while udev still handles the event).
 
 The clock is `guest_vf_poller.py` in the guest (CLOCK_MONOTONIC, a poll every 2 ms):
 
@@ -150,11 +150,12 @@ def shell_unit(pf_netdev: str) -> str:
 
 
 def udev_rule(pf: str) -> str:
-    # SYSTEMD_WANTS, not RUN+="systemctl restart": a RUN program runs before the
-    # device unit is active, and the unit's BindsTo= then fails as a dependency.
+    # The script in a transient unit of its own (udev kills long RUN programs). Not
+    # `systemctl restart` of the oneshot unit: a RUN program runs before the device
+    # unit is active, and the unit's BindsTo= fails as a dependency.
     return (
         f'ACTION=="add", SUBSYSTEM=="net", KERNELS=="{pf}", '
-        f'TAG+="systemd", ENV{{SYSTEMD_WANTS}}+="{UNIT}"\n'
+        f'RUN+="/usr/bin/systemd-run --no-block --collect --unit=lab-restore-udev {SCRIPT}"\n'
     )
 
 
