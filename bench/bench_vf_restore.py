@@ -113,7 +113,16 @@ def script(per_vf):
     return "set -e\n" + "\n".join(lines) + "\n"
 
 def rdmad_pid():
-    return int(sh("systemctl show -p MainPID --value rdmad.service").strip())
+    # MainPID is 0 while the service is (re)starting: kill(0, SIGSTOP) would stop this
+    # process group, the guest agent with it. Wait for a live main process instead.
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        state = sh("systemctl show -p ActiveState --value rdmad.service").strip()
+        pid = int(sh("systemctl show -p MainPID --value rdmad.service").strip() or 0)
+        if state == "active" and pid > 0:
+            return pid
+        time.sleep(0.2)
+    raise SystemExit("rdmad is not running")
 
 def wait_idle(since):
     # rdmad's pass ends after the kernel shows its writes: it is idle again once its
@@ -139,7 +148,6 @@ async def prepare(rtnl):
     if other:
         await set_all(rtnl, other)
     write(numvfs_path, 0)
-    sh("udevadm settle --timeout=60")
 
 def start_poller(run):
     ready = "/tmp/vfpoll.ready"
@@ -161,9 +169,12 @@ async def one(rtnl, run):
     pid = None
     if mode == "rdmad":
         pid = rdmad_pid()
+        # Frozen for the removal only (a few seconds): its watchdog allows 30 s.
         os.kill(pid, signal.SIGSTOP)
     try:
         await prepare(rtnl)
+        if pid is None:
+            sh("udevadm settle --timeout=60")
         proc, out = start_poller(run)
         t0 = time.monotonic()
         since = time.time()
