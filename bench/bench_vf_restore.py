@@ -290,6 +290,10 @@ def run_case(
             [rdmad_python(), DRIVER, "/tmp/vfbench-spec.json", mode, str(repeat)], timeout=7200
         )
         if mode == "rdmad":
+            # A restart (watchdog, crash) inside the runs would time a start-up: record it.
+            row["rdmad_restarts"] = int(
+                g.check("systemctl show -p NRestarts --value rdmad.service").strip() or 0
+            )
             g.run("systemctl stop rdmad.service", timeout=400)
         if not res.ok:
             raise SystemExit(f"{kind} {n} {mode}: the guest driver failed:\n{res.describe()}")
