@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+LAB = True  # needs root and the lab image
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 
