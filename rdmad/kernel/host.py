@@ -5,7 +5,8 @@ An action is carried out as the writes ``kernel.writes.planned_writes`` describe
 method, ``KernelHost._execute``: it re-checks a destructive write against the
 kernel (current value and usage), performs it off the event loop with a deadline,
 logs "old -> new" with the action's reason (at debug when it worked: the agent logs
-each change at info, with its cause) and appends a ``WriteRecord`` to ``records``. Nothing else in rdmad changes the kernel.
+each change at info, with its cause) and appends a ``WriteRecord`` to ``records``.
+Nothing else in rdmad changes the kernel.
 """
 
 from __future__ import annotations
