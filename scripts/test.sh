@@ -40,5 +40,6 @@ echo "== pytest"
 $py/python -m pytest "$@"
 
 # Every benchmark once at its smallest size: errors fail the run, numbers never do.
+# (`make bench-quick` runs the same; make itself need not be installed here.)
 echo "== bench-quick"
-make --no-print-directory bench-quick
+$py/python bench/run.py --quick
