@@ -16,7 +16,6 @@ from rdmad.clock import Clock
 
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
-MAX_IFINDEXES = 16  # past this many netdevs named by events, a pass reads them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +29,9 @@ class Trigger:
     (lost events) makes every action stale. ``driver``: a module or PCI driver came
     or went (history tells a driver reload from other causes by it).
 
-    ``narrow``: the event can only have changed netdevs (those in ``touches`` as
-    "ifindex:N"; all of them when none is named) or, with ``rdma``, RDMA devices. A
-    pass for such triggers alone reads just those again (``Host.observe_changed``).
+    ``narrow``: the event can only have changed netdevs or, with ``rdma``, RDMA
+    devices. A pass for such triggers alone reads just those again
+    (``Host.observe_changed``).
     ``urgent``: start the pass now, not after the settle window (what the previous
     pass waited for has already happened, e.g. VFs exist once sriov_numvfs returned).
     ``soon``: worth a pass shortly after the last one, a few times in a row (an action
@@ -72,8 +71,6 @@ class Batch:
     driver: bool = False
     plan_only: bool = True  # every trigger in it asked only for a plan
     narrow: bool = True  # every trigger in it was narrow (see Trigger)
-    # Netdevs narrow triggers named (None: some named none, or too many: read them all).
-    ifindexes: set[int] | None = field(default_factory=set)
     rdma: bool = False  # some trigger was about an RDMA device
     urgent: bool = False  # some trigger was urgent
     soon: bool = False  # some trigger was soon
@@ -86,8 +83,6 @@ class Batch:
         self.urgent |= t.urgent
         self.soon |= t.soon
         self.rdma |= t.rdma
-        if t.narrow and not t.rdma:
-            self._add_ifindexes(t.touches)
         self.first_at = min(self.first_at, t.at)
         self.last_at = max(self.last_at, t.at)
         self.sources[t.source] += 1
@@ -104,15 +99,6 @@ class Batch:
         if len(self.touched) < MAX_STALE_NAMES:
             self.touched |= t.touches
         self._bound_names()
-
-    def _add_ifindexes(self, touches: frozenset[str]) -> None:
-        found = {int(n[8:]) for n in touches if n.startswith("ifindex:") and n[8:].isdigit()}
-        if not found or self.ifindexes is None:
-            self.ifindexes = None
-            return
-        self.ifindexes |= found
-        if len(self.ifindexes) > MAX_IFINDEXES:
-            self.ifindexes = None  # one dump is cheaper than this many single reads
 
     def _bound_names(self) -> None:
         if len(self.stale_names) > MAX_STALE_NAMES:
@@ -142,10 +128,6 @@ class Batch:
         self.urgent |= other.urgent
         self.soon |= other.soon
         self.rdma |= other.rdma
-        if other.ifindexes is None:
-            self.ifindexes = None
-        elif self.ifindexes is not None:
-            self.ifindexes |= other.ifindexes
         self.through = max(self.through, other.through)
         self._bound_names()
 

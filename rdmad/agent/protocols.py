@@ -51,9 +51,7 @@ class Host(Protocol):
 class NarrowObserver(Protocol):
     """A host that can observe only what link events change (KernelHost)."""
 
-    async def observe_changed(
-        self, ifindexes: frozenset[int] | None, rdma: bool
-    ) -> Observed | None: ...  # None: observe() instead
+    async def observe_changed(self, rdma: bool) -> Observed | None: ...  # None: observe()
 
 
 class Notifier(Protocol):

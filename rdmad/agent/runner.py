@@ -127,15 +127,14 @@ class PassRunner:
         """Everything, or after link events only what they can have changed.
 
         The narrow read is the event path's: an rxe link whose netdev just appeared
-        is added after two netlink dumps, not a walk of sysfs and /proc. Any pass that
+        is added after one netlink dump, not a walk of sysfs and /proc. Any pass that
         changed the kernel is followed by a full one, which verifies it.
         """
         host = self.host
         self._narrow_now = False
         narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
         if narrow and isinstance(host, NarrowObserver):
-            names = None if batch.ifindexes is None else frozenset(batch.ifindexes)
-            observed = await host.observe_changed(names, batch.rdma)
+            observed = await host.observe_changed(batch.rdma)
             if observed is not None:
                 self.narrow_passes += 1
                 self._narrow_now = True

@@ -56,9 +56,7 @@ _BIND_POLL = 0.02
 
 
 class LinkSource(Protocol):
-    async def links(self) -> list[LinkInfo]: ...
-
-    async def link(self, target: int | str) -> LinkInfo: ...
+    async def links(self, vfs: bool = True) -> list[LinkInfo]: ...
 
     async def set_vf_settings(
         self,
@@ -155,54 +153,38 @@ class KernelHost:
         self.last = snapshot
         return snapshot
 
-    async def observe_changed(
-        self, ifindexes: frozenset[int] | None, rdma: bool
-    ) -> Observed | None:
-        """After link or RDMA device events only: the netdevs they name (``ifindexes``;
-        None: every netdev) and, with ``rdma``, the RDMA links read again over netlink,
-        the rest of the last snapshot kept (``observe.observe_changed``). None: call
-        ``observe()`` instead.
+    async def observe_changed(self, rdma: bool) -> Observed | None:
+        """After link or RDMA device events only: every netdev read again in one dump
+        without VF lists and, with ``rdma`` (or when a netdev under an RDMA link went
+        or was renamed), the RDMA links; the rest of the last snapshot is kept
+        (``observe.observe_changed``). None: call ``observe()`` instead.
 
-        The event path's cost: an rxe link whose netdev just appeared is added after one
-        RTM_GETLINK, not a walk of sysfs and /proc.
+        The event path's cost: an rxe link whose netdev just appeared is added after
+        one RTM_GETLINK dump, not a walk of sysfs and /proc. A dump rather than the
+        netdevs the events named: a veth pair's second netdev exists before its event.
         """
         last = self.last
         if last is None or self.rtnl is None or self.rdma is None:
             return None
         if read_pause(self.sysfs, self.clock.wall()) is not None:
             return None  # standing back: observe() knows how without RDMA netlink
-        links, gone = [], set()
         try:
-            if ifindexes is None:
-                links = await self.rtnl.links()
-            else:
-                for index in sorted(ifindexes):
-                    try:
-                        links.append(await self.rtnl.link(index))
-                    except KernelError as exc:
-                        if exc.errno != errno_mod.ENODEV:
-                            raise
-                        gone.add(index)
+            links = await self.rtnl.links(vfs=False)
         except KernelError:
             return None
-        touched = ifindexes if ifindexes is not None else {n.ifindex for n in last.netdevs}
+        names = {link.ifindex: link.name for link in links}
         # A rename or removal under an RDMA link changes that link too (rxe goes with it).
-        rdma = rdma or any(r.netdev_ifindex in touched for r in last.rdma_links)
+        moved = any(
+            r.netdev_ifindex is not None and names.get(r.netdev_ifindex) != r.netdev
+            for r in last.rdma_links
+        )
         rdma_links = None
-        if rdma:
+        if rdma or moved:
             notes: list[str] = []
             rdma_links, _ = await self._rdma_links(notes, paused=False)
             if rdma_links is None or notes:
                 return None  # RDMA netlink could not be read: observe() reads sysfs
-        snapshot = observe_changed(
-            self.sysfs,
-            last,
-            links,
-            rdma_links,
-            complete=ifindexes is None,
-            gone=gone,
-            now=self.clock.wall(),
-        )
+        snapshot = observe_changed(self.sysfs, last, links, rdma_links, now=self.clock.wall())
         if snapshot is not None:
             self.last = snapshot
         return snapshot

@@ -122,9 +122,9 @@ def observe_changed(
 ) -> Observed | None:
     """A snapshot after link or RDMA device events, from ``last`` (the previous one).
 
-    ``links``: netdevs read again over rtnetlink, every one (``complete``) or only those
-    the events named, with ``gone`` the ifindexes the kernel no longer knows. ``rdma``:
-    RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
+    ``links``: netdevs read again over rtnetlink (VF lists not needed), every one
+    (``complete``) or only some, with ``gone`` the ifindexes the kernel no longer knows.
+    ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
     everything else is carried over: no sysfs walk of PCI functions, no /proc scan.
 
     None when the change may reach SR-IOV: a netdev of a PCI function came, went, was

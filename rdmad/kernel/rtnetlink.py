@@ -45,13 +45,14 @@ class RtNetlink:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
 
-    async def links(self) -> list[LinkInfo]:
+    async def links(self, vfs: bool = True) -> list[LinkInfo]:
         """Every link of the namespace, with VF settings, in one RTM_GETLINK dump.
 
         IFLA_EXT_MASK asks for VFs but not their statistics, so 256 VFs fit the kernel's
         message (FIELD.md: truncation). A dump interrupted by a concurrent change is retried.
+        ``vfs`` False leaves the VF lists out (the event path's cheap read of netdevs).
         """
-        payload = encode_getlink_dump()
+        payload = encode_getlink_dump(vfs)
         for attempt in range(3):
             try:
                 replies = await self._nl.request(RTM_GETLINK, NLM_F_DUMP, payload)

@@ -131,11 +131,13 @@ def _ifinfomsg(target: int | str, flags: int = 0, change: int = 0) -> bytes:
 
 
 _VF_MASK = attr(IFLA_EXT_MASK, u32(RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS))
+_NO_STATS = attr(IFLA_EXT_MASK, u32(RTEXT_FILTER_SKIP_STATS))
 
 
-def encode_getlink_dump() -> bytes:
-    """Every link, with VFs but not their statistics (so 256 VFs fit the kernel's message)."""
-    return IFINFO.pack(0, 0, 0, 0, 0) + _VF_MASK
+def encode_getlink_dump(vfs: bool = True) -> bytes:
+    """Every link, with VFs but not their statistics (so 256 VFs fit the kernel's message);
+    ``vfs`` False: without the VF lists."""
+    return IFINFO.pack(0, 0, 0, 0, 0) + (_VF_MASK if vfs else _NO_STATS)
 
 
 def encode_getlink(target: int | str) -> bytes:

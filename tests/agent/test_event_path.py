@@ -20,12 +20,10 @@ class NarrowHost(FakeHost):
 
     narrow: int = 0
     refuse_narrow: bool = False
-    asked: list[tuple[frozenset[int] | None, bool]] = field(default_factory=list)
+    asked: list[bool] = field(default_factory=list)  # rdma asked for, per narrow read
 
-    async def observe_changed(
-        self, ifindexes: frozenset[int] | None, rdma: bool
-    ) -> Observed | None:
-        self.asked.append((ifindexes, rdma))
+    async def observe_changed(self, rdma: bool) -> Observed | None:
+        self.asked.append(rdma)
         if self.refuse_narrow:
             return None  # e.g. a PCI function's netdev changed: the agent reads everything
         self.narrow += 1

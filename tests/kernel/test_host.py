@@ -75,7 +75,7 @@ class FakeRtnl:
         self.refuse = dict(refuse or {})
         self.calls: list[tuple[int | str, list[VfChange], Mapping[int, VfSettings]]] = []
 
-    async def links(self) -> list[LinkInfo]:
+    async def links(self, vfs: bool = True) -> list[LinkInfo]:
         return list(self._links)
 
     async def set_vf_settings(
