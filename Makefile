@@ -1,4 +1,4 @@
-.PHONY: test demo lint lab-shell lab-image bench bench-quick deb rpm packages lock
+.PHONY: test demo lint lab-shell lab-image bench bench-quick deb rpm packages lock soak
 test:
 	bash scripts/test.sh
 demo:
@@ -11,6 +11,11 @@ bench:
 	bash scripts/setup.sh && .venv/bin/python bench/run.py
 bench-quick:
 	bash scripts/setup.sh && .venv/bin/python bench/run.py --quick
+# The lab soak (root, QEMU; not in CI): make soak SOAK_MINUTES=30; the last result in
+# tests/soak-result.json.
+SOAK_MINUTES ?= 30
+soak:
+	bash scripts/setup.sh && .venv/bin/python tests/lab/soak.py --minutes $(SOAK_MINUTES)
 lab-image:
 	bash scripts/lab-deps.sh && bash scripts/lab-image.sh
 lab-shell:

@@ -1,0 +1,241 @@
+"""The soak: rdmad in a lab guest under link flaps and PF driver reloads for a long time.
+
+Boots a lab guest, installs rdmad (the .deb; RDMAD_LAB_INSTALL=source: the source
+copy), declares igb's 4 VFs with settings, an rxe link on the igb PF's netdev (gone
+with every driver reload) and one on a veth, then for --minutes:
+
+* a link flap of the veth every second (`ip link set down; up`, a transient unit);
+* `modprobe -r igb; modprobe igb` every 2 minutes (no VF is held, so the driver
+  guard allows it), then the seconds until the kernel shows every VF setting and
+  both rxe links again (guest clock, polled every 50 ms);
+* rdmad's RSS and open fds every ~10 s.
+
+At the end rdmad's status must be converged with no config errors and no notes, and
+every restore must have completed. Prints a table and one JSON line, and writes the
+result to tests/soak-result.json (the last run's result, kept in the repository).
+Not part of CI:
+
+    sudo .venv/bin/python tests/lab/soak.py [--minutes 30]     (make soak)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_proc import fd_count, main_pid, rss_kib, status_doc
+from harness import Guest, install_mode, log, pool_or_exit
+from service import start
+
+RESULT = Path(__file__).resolve().parents[1] / "soak-result.json"
+NUMVFS = 4
+VETH = "labsk0"
+FLAP_UNIT = "lab-soak-flap"
+FLAPS = "/run/lab-soak-flaps"
+RELOAD_EVERY = 120.0
+SAMPLE_EVERY = 10.0
+RESTORE_BOUND = 180  # seconds a restore may take before the soak calls it failed
+
+
+def vf_settings(vf: int) -> dict[str, Any]:
+    return {"mac": f"02:00:00:00:5a:{vf:02x}", "vlan": 200 + vf, "spoofchk": vf % 2 == 0}
+
+
+def config_text(pf: str) -> str:
+    lines = [
+        "[daemon]",
+        'drift_interval = "1m"',
+        "",
+        "[[rxe]]",
+        'name = "rxsoak0"',
+        f'netdev = {{ pci = "{pf}" }}   # goes with every igb reload',
+        "",
+        "[[rxe]]",
+        'name = "rxsoak1"',
+        f'netdev = {{ name = "{VETH}" }}   # flapped every second',
+        "",
+        "[[sriov]]",
+        f'pf = {{ pci = "{pf}" }}',
+        f"numvfs = {NUMVFS}",
+    ]
+    for vf in range(NUMVFS):
+        lines += ["", "[[sriov.vf]]", f"index = {vf}"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in vf_settings(vf).items()]
+    return "\n".join(lines) + "\n"
+
+
+def restored_condition(pf: str) -> str:
+    """A guest shell condition: every VF setting and both rxe links are in the kernel."""
+    netdev = f"$(ls /sys/bus/pci/devices/{pf}/net 2>/dev/null | head -n1)"
+    checks = [
+        "rdma link show rxsoak0/1 >/dev/null 2>&1",
+        "rdma link show rxsoak1/1 >/dev/null 2>&1",
+    ]
+    for vf in range(NUMVFS):
+        s = vf_settings(vf)
+        pattern = f"vf {vf} .*link/ether {s['mac']}.*vlan {s['vlan']},"
+        pattern += " spoof checking " + ("on" if s["spoofchk"] else "off")
+        checks.append(f"ip link show {netdev} 2>/dev/null | grep -q {shlex.quote(pattern)}")
+    return " && ".join(checks)
+
+
+def reload_igb(g: Guest, condition: str) -> float | None:
+    """`modprobe -r igb; modprobe igb`; seconds from modprobe's return until all restored."""
+    steps = int(RESTORE_BOUND / 0.05)
+    script = f"""set -e
+modprobe -r igb
+modprobe igb
+t0=$(cut -d' ' -f1 /proc/uptime)
+n=0
+until {condition}; do
+  n=$((n + 1)); [ $n -lt {steps} ] || {{ echo "not restored" >&2; exit 3; }}
+  sleep 0.05
+done
+t1=$(cut -d' ' -f1 /proc/uptime)
+echo $t0 $t1
+"""
+    res = g.run(script, timeout=RESTORE_BOUND + 240)
+    if not res.ok:
+        log(f"driver reload: not restored within {RESTORE_BOUND} s:\n{res.describe()}")
+        return None
+    t0, t1 = res.out.split()[-2:]
+    return round(float(t1) - float(t0), 2)
+
+
+def status_errors(doc: dict[str, Any]) -> list[str]:
+    """What in a status document is an error: config errors, an object not converged or
+    with an error recorded, an event source that ended. (Other notes, e.g. a missing
+    API group on a source install, are kept in the result but are not errors.)"""
+    errors = [f"config: {e}" for e in doc["daemon"]["config_errors"]]
+    errors += [n for n in doc["daemon"]["notes"] if "event source" in n]
+    for obj in doc["objects"]:
+        if obj["state"] != "converged" or obj["last_error"]:
+            errors.append(f"{obj['obj']}: {obj['state']}: {obj['last_error'] or obj['reason']}")
+    if not doc["converged"]:
+        errors.append(f"not converged: {doc['summary']}")
+    return errors
+
+
+def sample(g: Guest, started: float) -> dict[str, Any]:
+    pid = main_pid(g)
+    doc = status_doc(g)
+    return {
+        "t_s": round(time.monotonic() - started),
+        "pid": pid,
+        "rss_kib": rss_kib(g, pid),
+        "fds": fd_count(g, pid),
+        "passes": doc["daemon"]["passes"],
+        "flaps": int(g.run(f"cat {FLAPS}").out.strip() or 0),
+    }
+
+
+def soak(g: Guest, minutes: float) -> dict[str, Any]:
+    g.install_rdmad()
+    pf = g.igb_pf()
+    g.check(f"ip link add {VETH} type veth peer name {VETH}p && ip link set {VETH} up")
+    condition = restored_condition(pf)
+    start(g, config_text(pf))
+    g.wait_for(condition, timeout=300)
+    g.start_unit(
+        FLAP_UNIT,
+        f"i=0; while :; do ip link set {VETH} down; ip link set {VETH} up; "
+        f"i=$((i + 1)); echo $i > {FLAPS}; sleep 1; done",
+        max_seconds=int(minutes * 60) + 600,
+    )
+    started = time.monotonic()
+    samples = [sample(g, started)]
+    restores: list[float | None] = []
+    next_reload = started + RELOAD_EVERY
+    end = started + minutes * 60
+    while time.monotonic() < end:
+        now = time.monotonic()
+        if now >= next_reload:
+            took = reload_igb(g, condition)
+            restores.append(took)
+            log(f"igb reload {len(restores)}: restored after {took} s")
+            next_reload += RELOAD_EVERY
+        samples.append(sample(g, started))
+        last = samples[-1]
+        log(
+            f"t={last['t_s']:>5} s  RSS {last['rss_kib']} KiB  fds {last['fds']}  "
+            f"passes {last['passes']}  flaps {last['flaps']}"
+        )
+        time.sleep(
+            max(0.0, min(SAMPLE_EVERY, end - time.monotonic(), next_reload - time.monotonic()))
+        )
+    g.stop_unit(f"{FLAP_UNIT}.service")
+    g.check("rdmad-ctl reconcile --wait 120", timeout=180)
+    g.wait_for(condition, timeout=120)
+    doc = status_doc(g)
+    samples.append(sample(g, started))
+    done = [r for r in restores if r is not None]
+    errors = status_errors(doc)
+    errors += [f"igb reload {i + 1} not restored" for i, r in enumerate(restores) if r is None]
+    rss = [s["rss_kib"] for s in samples]
+    fds = [s["fds"] for s in samples]
+    return {
+        "minutes": minutes,
+        "install": install_mode(),
+        "flaps": samples[-1]["flaps"],
+        "driver_reloads": len(restores),
+        "restores_done": len(done),
+        "restore_s": {
+            "min": min(done, default=None),
+            "median": statistics.median(done) if done else None,
+            "max": max(done, default=None),
+            "each": restores,
+        },
+        "rss_kib": {"first": rss[0], "last": rss[-1], "max": max(rss)},
+        "fds": {"first": fds[0], "last": fds[-1], "max": max(fds)},
+        "passes": samples[-1]["passes"] - samples[0]["passes"],
+        "rdmad_restarts": len({s["pid"] for s in samples}) - 1,
+        "status": doc["summary"],
+        "notes": doc["daemon"]["notes"],
+        "errors": errors,
+        "samples": samples,
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"{'t s':>6} {'RSS KiB':>9} {'fds':>4} {'passes':>7} {'flaps':>6}")
+    for s in result["samples"]:
+        print(f"{s['t_s']:>6} {s['rss_kib']:>9} {s['fds']:>4} {s['passes']:>7} {s['flaps']:>6}")
+    r = result["restore_s"]
+    print(
+        f"\n{result['minutes']} min: {result['flaps']} flaps, {result['driver_reloads']} igb "
+        f"reloads ({result['restores_done']} restored; s min/median/max "
+        f"{r['min']}/{r['median']}/{r['max']}), {result['passes']} passes, RSS "
+        f"{result['rss_kib']['first']} -> {result['rss_kib']['last']} KiB (max "
+        f"{result['rss_kib']['max']}), fds {result['fds']['first']} -> {result['fds']['last']}, "
+        f"errors: {result['errors'] or 'none'}"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=30.0, help="how long (default 30)")
+    args = ap.parse_args()
+    if args.minutes <= 0:
+        ap.error("--minutes must be positive")
+    pool = pool_or_exit("soak")
+    try:
+        result = soak(pool.shared(), args.minutes)
+    finally:
+        pool.close()
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    print_table(result)
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
+    RESULT.write_text(json.dumps(result, indent=1) + "\n")
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
