@@ -109,28 +109,6 @@ class Batch:
         """Whether an action depending on ``touches`` must wait for a new observation."""
         return self.stale_all or not self.stale_names.isdisjoint(touches)
 
-    def merge(self, other: Batch) -> None:
-        self.count += other.count
-        self.first_at = min(self.first_at, other.first_at)
-        self.last_at = max(self.last_at, other.last_at)
-        self.sources.update(other.sources)
-        room = MAX_DETAILS - len(self.details)
-        self.details.extend(other.details[: max(0, room)])
-        self.reload |= other.reload
-        self.stale |= other.stale
-        self.stale_all |= other.stale_all
-        self.stale_names |= other.stale_names
-        if len(self.touched) < MAX_STALE_NAMES:
-            self.touched |= other.touched
-        self.driver |= other.driver
-        self.plan_only &= other.plan_only
-        self.narrow &= other.narrow
-        self.urgent |= other.urgent
-        self.soon |= other.soon
-        self.rdma |= other.rdma
-        self.through = max(self.through, other.through)
-        self._bound_names()
-
     def describe(self) -> str:
         return ", ".join(f"{s} x{n}" if n > 1 else s for s, n in sorted(self.sources.items()))
 

@@ -43,7 +43,6 @@ class PassRunner:
         self.observing_since: float | None = None
         self._followups = 0
         self.narrow_passes = 0  # passes that read only what link events changed
-        self._narrow_now = False  # the pass in progress read only that
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
@@ -68,7 +67,7 @@ class PassRunner:
             self.memory.forget_peermem_hold()  # a module came or went: worth one more try
         self.observing_since = started
         try:
-            observed = await self._observe(batch, first)
+            observed, narrow = await self._observe(batch, first)
         except Exception as exc:
             return self._failed("observe", batch, cause, started, exc)
         finally:
@@ -85,6 +84,7 @@ class PassRunner:
             log.exception("plan.crashed")
             return self._failed("plan", batch, cause, started, exc)
         self._succeeded("plan")
+        planned_at = clock.monotonic()
         objects = self.objects(actions)
         reporter.publish_plan(objects, actions, cause, batch.through)
         if batch.plan_only:
@@ -106,7 +106,9 @@ class PassRunner:
             applied=done.count,
             seconds=round(seconds, 4),
             observe=round(observed_at - started, 4),
-            narrow=self._narrow_now,
+            plan=round(planned_at - observed_at, 4),
+            apply=round(now - planned_at, 4),
+            narrow=narrow,
             latency=round(started - batch.first_at, 4),
         )
         self._follow_up(done.changed, actions)
@@ -123,25 +125,23 @@ class PassRunner:
         reporter.notify_status()
         return clock.monotonic()
 
-    async def _observe(self, batch: Batch, first: bool) -> Observed:
-        """Everything, or after link events only what they can have changed.
+    async def _observe(self, batch: Batch, first: bool) -> tuple[Observed, bool]:
+        """Everything, or after link events only what they can have changed (then True).
 
         The narrow read is the event path's: an rxe link whose netdev just appeared
         is added after one netlink dump, not a walk of sysfs and /proc. Any pass that
         changed the kernel is followed by a full one, which verifies it.
         """
         host = self.host
-        self._narrow_now = False
         narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
         if narrow and isinstance(host, NarrowObserver):
             observed = await host.observe_changed(batch.rdma)
             if observed is not None:
                 self.narrow_passes += 1
-                self._narrow_now = True
-                return observed
+                return observed, True
         if not batch.plan_only:
             self.timers.arm_drift()  # a full observation: drift counts from here
-        return await host.observe()
+        return await host.observe(), False
 
     def reload_config(self, initial: bool) -> None:
         if self.memory.reload_config(initial):

@@ -14,7 +14,7 @@ rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
@@ -116,14 +116,11 @@ def observe_changed(
     links: Sequence[LinkInfo],
     rdma: Sequence[RdmaLinkObserved] | None,
     *,
-    complete: bool = True,
-    gone: Collection[int] = (),
     now: float | None = None,
 ) -> Observed | None:
     """A snapshot after link or RDMA device events, from ``last`` (the previous one).
 
-    ``links``: netdevs read again over rtnetlink (VF lists not needed), every one
-    (``complete``) or only some, with ``gone`` the ifindexes the kernel no longer knows.
+    ``links``: every netdev, read again over rtnetlink (one dump; VF lists not needed).
     ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
     everything else is carried over: no sysfs walk of PCI functions, no /proc scan.
 
@@ -134,7 +131,7 @@ def observe_changed(
     since every destructive write re-checks it against a fresh scan (kernel.recheck).
     """
     before = {n.ifindex: n for n in last.netdevs}
-    after = {} if complete else dict(before)
+    after: dict[int, NetdevObserved] = {}
     for link in links:
         old = before.get(link.ifindex)
         if old is not None and old.name == link.name:
@@ -153,11 +150,8 @@ def observe_changed(
             pci=pci,
             up=link.up,
         )
-    vanished = set(before) - set(after) if complete else set(gone) & set(before)
-    if any(before[i].pci is not None for i in vanished):
+    if any(old.pci is not None for i, old in before.items() if i not in after):
         return None  # a PCI function's netdev went away
-    for i in vanished:
-        after.pop(i, None)
     rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
     return replace(
         last,

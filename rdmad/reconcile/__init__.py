@@ -15,8 +15,10 @@ Rules, each with a test in tests/unit/test_reconcile.py:
   declared, and only when nothing holds it.
 * A non-zero VF count changes to another value only through 0, and only when
   no VF is in use; unknown ownership counts as in use.
-* VF settings are planned only when the declared number of VFs exists; after
-  a count change the next pass (after re-observing) plans them.
+* VF settings are planned against the VFs the kernel shows, except right after a
+  count change: the VFs a numvfs write creates are new (they hold nothing and read
+  as the driver's defaults), so their declared rtnetlink settings follow the write
+  in the same plan; the next pass re-observes, verifies and plans the rest.
 * A VF is re-bound (driver change, new IB GUIDs) only when it is free.
 * rxe links are created as soon as their netdev exists: the kernel accepts a
   netdev that is down and the port turns ACTIVE when it comes up.

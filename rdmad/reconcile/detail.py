@@ -232,8 +232,8 @@ def guard_state(spec: SriovSpec, pf: PfObserved, observed: Observed) -> str:
 
 
 def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrStatus:
-    """The VF count. When it differs, the planner plans nothing but the count (or says why
-    it cannot), so every action of the object is about it."""
+    """The VF count. When it differs, the planner plans the count (or says why it cannot)
+    and the settings of the VFs it creates, so every action of the object is about it."""
     if pf is not None and pf.numvfs == spec.numvfs:
         verdict = _CONVERGED
     elif plan.count_step is not None:

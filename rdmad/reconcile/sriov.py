@@ -84,7 +84,7 @@ def plan_sriov(
         # bind event starts the next pass, so waiting costs nothing.
         return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
     if pf.numvfs != spec.numvfs:
-        return _plan_numvfs(obj, spec, pf)
+        return _plan_numvfs(obj, spec, pf, state)
 
     actions: list[Action] = []
     netlink_changes: list[VfChange] = []
@@ -123,13 +123,50 @@ def plan_sriov(
     return actions
 
 
-def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
+def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:
     actions = _numvfs_steps(obj, spec, pf)
     creates = any(isinstance(a, SetNumVfs) and a.new > 0 for a in actions)
+    if creates:
+        actions.extend(_new_vf_settings(obj, spec, pf, state))
     if creates and pf.driver in PF_UP_DRIVERS and pf.operstate_up is False and pf.netdev:
         why = f"{pf.driver} creates VFs only while the PF is up"
         return [SetLinkUp(obj, why, netdev=pf.netdev), *actions]
     return actions
+
+
+def _new_vf_settings(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:
+    """The declared rtnetlink settings of the VFs a numvfs write creates, sent right after it.
+
+    VFs that did not exist hold nothing and carry the driver's defaults, so there is
+    nothing to read first: waiting for another pass to observe them (a full observation
+    and a plan) would be most of a restore's time. The write's read-back and the
+    follow-up pass verify them, and plan whatever else they need (drivers, GUIDs). An
+    attribute the driver refused before is left to that pass too, which says so.
+    """
+    if pf.netdev is None:
+        return []  # the follow-up pass says why nothing can be set (Blocked)
+    changes: list[VfChange] = []
+    for vf_spec in spec.vf:
+        if vf_spec.index >= spec.numvfs:
+            continue
+        wanted, _ = netlink_wanted(vf_spec)
+        for attr, new in wanted:
+            key = UnsupportedKey(pf.pci, pf.driver or "", vf_spec.index, attr, format_value(new))
+            if key not in state.unsupported:
+                changes.append(VfChange(vf_spec.index, attr, None, new))
+    if not changes:
+        return []
+    what = _vf_list({c.vf for c in changes})
+    return [
+        SetVfSettings(
+            obj,
+            f"set declared settings of new {what}",
+            pci=pf.pci,
+            pf_netdev=pf.netdev,
+            pf_ifindex=pf.ifindex,
+            changes=tuple(changes),
+        )
+    ]
 
 
 def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:

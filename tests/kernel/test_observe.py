@@ -228,20 +228,22 @@ def test_narrow_observation_declines_when_a_pci_netdev_is_involved(tmp_path: Pat
     assert same is not None and same.netdevs == full.netdevs
 
 
-def test_narrow_observation_of_named_netdevs_only(tmp_path: Path) -> None:
+def test_narrow_observation_follows_virtual_netdevs_coming_and_going(tmp_path: Path) -> None:
     fs = mlx5_node(tmp_path)
     full = observe(Sysfs(tmp_path))
     virtual = [n for n in full.netdevs if n.pci is None]
     fs.netdev("veth8", None, "02:00:00:00:08:08")
     veth = LinkInfo("veth8", 88, "02:00:00:00:08:08", None, False, "down", "veth")
     sysfs = Sysfs(tmp_path)
-    added = observe_changed(sysfs, full, [veth], None, complete=False)
+    added = observe_changed(sysfs, full, _links(full, veth), None)
     assert added is not None and added.netdevs == (*full.netdevs, added.netdev("veth8"))
     assert added.rdma_links is full.rdma_links  # not asked: carried
-    removed = observe_changed(sysfs, added, [], None, complete=False, gone={88})
+    removed = observe_changed(sysfs, added, _links(full), None)
     assert removed is not None and removed.netdevs == full.netdevs
     if virtual:  # a virtual netdev may go without a full observation
-        others = observe_changed(sysfs, full, [], None, complete=False, gone={virtual[0].ifindex})
+        rest = [i for i in _links(full) if i.ifindex != virtual[0].ifindex]
+        others = observe_changed(sysfs, full, rest, None)
         assert others is not None and virtual[0] not in others.netdevs
     pci = next(n for n in full.netdevs if n.pci is not None)
-    assert observe_changed(sysfs, full, [], None, complete=False, gone={pci.ifindex}) is None
+    rest = [i for i in _links(full) if i.ifindex != pci.ifindex]
+    assert observe_changed(sysfs, full, rest, None) is None

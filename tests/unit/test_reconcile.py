@@ -174,10 +174,57 @@ def test_two_declarations_of_one_pf_block_the_second() -> None:
     assert isinstance(actions[1], Blocked) and "already declared" in actions[1].reason
 
 
-def test_vf_settings_wait_for_the_count() -> None:
+def test_new_vfs_get_their_settings_in_the_same_plan_as_the_count() -> None:
+    """VFs a numvfs write creates are new: their declared rtnetlink settings follow the
+    write at once, every one of them (nothing to compare against yet)."""
+    d = desired(
+        sriov=[
+            sriov(
+                4,
+                {"index": 0, "mac": "02:00:00:00:00:01", "vlan": 100},
+                {"index": 3, "trust": True, "driver": "vfio-pci"},
+            )
+        ]
+    )
+    count, settings = plan(d, node(pf(numvfs=0)), PlanState())
+    assert isinstance(count, SetNumVfs) and (count.old, count.new) == (0, 4)
+    assert isinstance(settings, SetVfSettings) and settings.pf_ifindex == 5
+    assert {(c.vf, c.attr, c.old, c.new) for c in settings.changes} == {
+        (0, "mac", None, "02:00:00:00:00:01"),
+        (0, "vlan", None, 100),
+        (0, "vlan_proto", None, "802.1Q"),  # implied by the VLAN, sent with it
+        (3, "trust", None, True),
+    }
+    assert settings.reason == "set declared settings of new VF 0, VF 3"
+
+
+def test_new_vfs_settings_follow_a_count_change_through_zero() -> None:
+    d = desired(sriov=[sriov(4, {"index": 1, "spoofchk": False})])
+    actions = plan(d, node(pf(numvfs=2)), PlanState())
+    assert [type(a) for a in actions] == [SetNumVfs, SetNumVfs, SetVfSettings]
+    assert [c.vf for c in actions[2].changes] == [1]  # type: ignore[attr-defined]
+
+
+def test_new_vfs_settings_skip_what_the_driver_refused_and_need_a_pf_netdev() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01", "link_state": "enable"})])
+    refused = UnsupportedKey(PF, "mlx5_core", 0, "link_state", "enable", "EOPNOTSUPP")
+    _, settings = plan(d, node(pf(numvfs=0)), PlanState(unsupported=frozenset({refused})))
+    assert isinstance(settings, SetVfSettings)
+    assert [c.attr for c in settings.changes] == ["mac"]
+    # Only the refused one declared: nothing to send with the count.
+    d = desired(sriov=[sriov(4, {"index": 0, "link_state": "enable"})])
+    assert [
+        type(a) for a in plan(d, node(pf(numvfs=0)), PlanState(unsupported=frozenset({refused})))
+    ] == [SetNumVfs]
+    # No PF netdev: settings cannot be sent; the pass after the count says why.
     d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01"})])
-    actions = plan(d, node(pf(numvfs=0)), PlanState())
-    assert [type(a) for a in actions] == [SetNumVfs]
+    assert [type(a) for a in plan(d, node(pf(numvfs=0, netdev=None)), PlanState())] == [SetNumVfs]
+
+
+def test_no_settings_planned_when_the_count_is_blocked() -> None:
+    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01"})])
+    actions = plan(d, node(pf(numvfs=2, usage={0: HELD})), PlanState())
+    assert [type(a) for a in actions] == [Blocked]
 
 
 def test_vf_settings_batched_per_pf() -> None:
