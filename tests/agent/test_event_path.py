@@ -4,9 +4,12 @@ get their settings without waiting out the settle window."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rdmad.model import Action, AddRxe, Observed, SetNumVfs, SetVfSettings
+from rdmad.agent import Agent
+from rdmad.agent.applying import MAX_REDONE
+from rdmad.model import Action, AddRxe, ObjectState, Observed, SetNumVfs, SetVfSettings
 from rdmad.triggers import Trigger
 from tests.agent.test_safety import PF, SimHost, igb_like, sriov
 from tests.support.simkernel import SimKernel
@@ -173,4 +176,65 @@ async def test_an_event_on_a_failed_actions_netdev_is_a_new_situation(rig: RigFa
     r.agent.trigger("netlink", "change eth7", touches=frozenset({"eth7", "ifindex:9"}))
     await r.advance(0.2)
     assert sum(isinstance(a, AddRxe) and a.name == "rxe1" for a in host.applied) == tries
+    await r.stop()
+
+
+@dataclass
+class UndoingHost(FakeHost):
+    """Each rxe add works, then something deletes the link again and the kernel says so
+    (a remove event naming it), ``undo`` times."""
+
+    undo: int = 0
+    tell: Callable[[str], None] | None = None
+
+    async def apply(self, action: Action) -> FakeResult:  # type: ignore[override]
+        result = await FakeHost.apply(self, action)
+        if isinstance(action, AddRxe) and self.undo > 0:
+            self.undo -= 1
+            del self.links[action.name]
+            assert self.tell is not None
+            self.tell(action.name)
+        return result
+
+
+def _removed(agent: Agent) -> Callable[[str], None]:
+    def tell(name: str) -> None:
+        agent.queue.put(
+            Trigger("uevent", f"remove infiniband {name}", touches=frozenset({name}), rdma=True)
+        )
+
+    return tell
+
+
+async def test_an_rxe_link_deleted_again_after_its_add_is_added_again(rig: RigFactory) -> None:
+    # The link rdmad just made is deleted by hand before the follow-up pass looks: the
+    # remove event says so, so the add is a new one, not "applied but no effect".
+    host = UndoingHost(netdevs=["eth0"], undo=2)
+    r = rig(desired(("rxe0", "eth0")), host=host)
+    host.tell = _removed(r.agent)
+    await r.start()
+    await r.idle()
+    assert host.links == {"rxe0": "eth0"}
+    assert sum(isinstance(a, AddRxe) for a in host.applied) == 3
+    o = r.agent.status.current.objects[0]
+    assert o.state is ObjectState.CONVERGED and not o.last_error
+    assert not [h for h in r.agent.status.history() if "old state" in repr(h)]  # never failed
+    await r.stop()
+
+
+async def test_a_kernel_that_keeps_undoing_an_add_is_a_failure_after_a_few(
+    rig: RigFactory,
+) -> None:
+    host = UndoingHost(netdevs=["eth0"], undo=1000)
+    r = rig(desired(("rxe0", "eth0")), host=host)
+    host.tell = _removed(r.agent)
+    await r.start()
+    for _ in range(100):  # settle windows of fake time, until the failure
+        if r.agent.status.current.objects[0].last_error:
+            break
+        await r.advance(0.1)
+    # The first add, MAX_REDONE more on events, then the same add is a failure.
+    assert sum(isinstance(a, AddRxe) for a in host.applied) == 1 + MAX_REDONE
+    assert "still shows the old state" in (r.agent.status.current.objects[0].last_error or "")
+    # Then backoff spaces the attempts (the next round comes after its retry delay).
     await r.stop()

@@ -43,6 +43,12 @@ FLAPS = "/run/lab-soak-flaps"
 RELOAD_EVERY = 120.0
 SAMPLE_EVERY = 10.0
 RESTORE_BOUND = 180  # seconds a restore may take before the soak calls it failed
+# Entries in the state file's history: bounded (200), it grows with every restore until
+# full, and RSS with it; flat RSS is judged from the moment it is full.
+HISTORY_LEN = (
+    "python3 -c 'import json; "
+    'print(len(json.load(open("/var/lib/rdmad/state.json"))["history"]))\''
+)
 
 
 def vf_settings(vf: int) -> dict[str, Any]:
@@ -134,6 +140,7 @@ def sample(g: Guest, started: float) -> dict[str, Any]:
         "fds": fd_count(g, pid),
         "passes": doc["daemon"]["passes"],
         "flaps": int(g.run(f"cat {FLAPS}").out.strip() or 0),
+        "history": int(g.check(HISTORY_LEN).strip()),
     }
 
 
@@ -166,7 +173,7 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
         last = samples[-1]
         log(
             f"t={last['t_s']:>5} s  RSS {last['rss_kib']} KiB  fds {last['fds']}  "
-            f"passes {last['passes']}  flaps {last['flaps']}"
+            f"passes {last['passes']}  flaps {last['flaps']}  history {last['history']}"
         )
         time.sleep(
             max(0.0, min(SAMPLE_EVERY, end - time.monotonic(), next_reload - time.monotonic()))
@@ -180,6 +187,7 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
     errors = status_errors(doc)
     errors += [f"igb reload {i + 1} not restored" for i, r in enumerate(restores) if r is None]
     rss = [s["rss_kib"] for s in samples]
+    full = [s["rss_kib"] for s in samples if s["history"] >= max(x["history"] for x in samples)]
     fds = [s["fds"] for s in samples]
     return {
         "minutes": minutes,
@@ -194,6 +202,9 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
             "each": restores,
         },
         "rss_kib": {"first": rss[0], "last": rss[-1], "max": max(rss)},
+        # From the first sample with the history at its longest (its bound, in a long run).
+        "rss_kib_history_full": {"first": full[0], "last": full[-1], "max": max(full)},
+        "history_entries": {"first": samples[0]["history"], "last": samples[-1]["history"]},
         "fds": {"first": fds[0], "last": fds[-1], "max": max(fds)},
         "passes": samples[-1]["passes"] - samples[0]["passes"],
         "rdmad_restarts": len({s["pid"] for s in samples}) - 1,
@@ -205,9 +216,12 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"{'t s':>6} {'RSS KiB':>9} {'fds':>4} {'passes':>7} {'flaps':>6}")
+    print(f"{'t s':>6} {'RSS KiB':>9} {'fds':>4} {'passes':>7} {'flaps':>6} {'history':>7}")
     for s in result["samples"]:
-        print(f"{s['t_s']:>6} {s['rss_kib']:>9} {s['fds']:>4} {s['passes']:>7} {s['flaps']:>6}")
+        print(
+            f"{s['t_s']:>6} {s['rss_kib']:>9} {s['fds']:>4} {s['passes']:>7} {s['flaps']:>6} "
+            f"{s['history']:>7}"
+        )
     r = result["restore_s"]
     print(
         f"\n{result['minutes']} min: {result['flaps']} flaps, {result['driver_reloads']} igb "
