@@ -16,12 +16,14 @@ second run change anything".
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,12 @@ VFS = [
     {"index": 3, "vlan": 303},
 ]
 PLAYBOOK_TIMEOUT = 420.0  # one ansible-playbook run under TCG, bounded
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ")
+# PLAY [...] starts the clock (start-up is before it); each TASK/HANDLER line ends the
+# step before it; PLAY RECAP ends the last one.
+LOG_STEP = re.compile(
+    r"\| (?:(?:TASK|RUNNING HANDLER) \[(?:rdmad : )?([^\]]+)\]|(PLAY(?: RECAP)?))"
+)
 RECAP = re.compile(
     rf"^{HOST}\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
 )
@@ -64,8 +72,12 @@ class Play:
     seconds: float
 
 
-def _site_packages() -> str:
-    """The venv's site-packages, as a path in the share; skip (CI: fail) without it."""
+@pytest.fixture
+def ansible_site() -> str:
+    """The venv's site-packages, as a path in the share; skip (CI: fail) without it.
+
+    Asked for before `node`, so a missing venv costs no guest boot.
+    """
     found = sorted(ANSIBLE_VENV.glob("lib/python3.*/site-packages/ansible/cli/playbook.py"))
     if not found:
         # tests/lab/conftest.py turns this skip into a failure under CI=true.
@@ -126,19 +138,43 @@ def run_playbook(g: Guest, site: str, inventory: dict[str, object]) -> Play:
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         # Modules read from stdin: fewer files and processes per task (slow under TCG).
         "ANSIBLE_PIPELINING": "1",
+        # Timestamped lines: where a run's time goes (logged below).
+        "ANSIBLE_LOG_PATH": f"{WORK}/ansible.log",
     }
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     script = (
         f"cd {WORK} && env {assignments} python3 -m ansible.cli.playbook "
         f"-i inventory.yml {SRC_MOUNT}/deploy/ansible/site.yml"
     )
+    g.check(f"rm -f {WORK}/ansible.log")
     started = time.monotonic()
     res = g.run(script, timeout=PLAYBOOK_TIMEOUT)
     seconds = time.monotonic() - started
-    log(f"ansible-playbook: rc={res.rc} in {seconds:.1f} s")
+    steps = task_seconds(g.run(f"cat {WORK}/ansible.log").out)
+    startup = seconds - sum(took for _, took in steps)  # Python, imports: before PLAY
+    log(
+        f"ansible-playbook: rc={res.rc} in {seconds:.1f} s; start-up {startup:.1f} s, "
+        + ", ".join(f"{name} {took:.1f} s" for name, took in steps)
+    )
     found = RECAP.findall(res.out)
     assert len(found) == 1, f"no PLAY RECAP line for {HOST}\n{res.describe()}"
     return Play(res, Recap(*(int(n) for n in found[0])), seconds)
+
+
+def task_seconds(ansible_log: str) -> list[tuple[str, float]]:
+    """(step, seconds) from Ansible's log: PLAY up to the first task, then each task
+    (and handler) up to the next step, the last one up to the PLAY RECAP."""
+    marks: list[tuple[str, datetime]] = []
+    for line in ansible_log.splitlines():
+        stamp = LOG_STAMP.match(line)
+        step = LOG_STEP.search(line)
+        if stamp is None or step is None:
+            continue
+        at = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        marks.append((step.group(1) or step.group(2), at))
+    return [
+        (name, (nxt - at).total_seconds()) for (name, at), (_, nxt) in itertools.pairwise(marks)
+    ]
 
 
 def _sha256(g: Guest, path: str) -> str:
@@ -179,10 +215,10 @@ def _assert_kernel(g: Guest, pf: str, pf_netdev: str, nic: str) -> None:
 
 
 def test_role_converges_a_fresh_node_then_changes_nothing_then_refuses_a_bad_var(
-    node: Guest,
+    ansible_site: str, node: Guest
 ) -> None:
     g = node
-    site = _site_packages()
+    site = ansible_site
     _python_matches(g, site)
     deb = build_deb()
     pf = g.igb_pf()
