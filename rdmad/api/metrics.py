@@ -187,6 +187,9 @@ class _NowCollector(Collector):
             now.objects.add_metric([state.value], snap.count(state))
         unsupported = in_use = 0
         for report in snap.objects:
+            # Which object is degraded (e.g. "peermem": required but not loaded), for
+            # alerts that must name it; rdmad_objects only counts them.
+            now.degraded.add_metric([report.obj], 1 if report.state is ObjectState.DEGRADED else 0)
             d = report.detail
             if d is None:
                 continue
@@ -239,6 +242,11 @@ class _Now:
     def __init__(self) -> None:
         g = GaugeMetricFamily
         self.objects = g("rdmad_objects", "Declared objects by state.", labels=["state"])
+        self.degraded = g(
+            "rdmad_object_degraded",
+            "1 per object in state degraded, 0 per other object (object as in status).",
+            labels=["object"],
+        )
         self.vfs_desired = g(
             "rdmad_vfs_desired", "VFs declared per SR-IOV PF (numvfs).", labels=["pf"]
         )
@@ -285,6 +293,7 @@ class _Now:
     def all(self) -> list[Metric]:
         return [
             self.objects,
+            self.degraded,
             self.vfs_desired,
             self.vfs_present,
             self.unsupported,

@@ -536,3 +536,28 @@ def test_guard_and_pause_gauges(store: StatusStore) -> None:
     assert value(got, "rdmad_paused") == 1
     store.publish(snapshot(2))
     assert value(scrape(m), "rdmad_paused") == 0
+
+
+def test_degraded_gauge_names_the_object(store: StatusStore) -> None:
+    """rdmad_object_degraded: one series per object, so an alert can say which (peermem)."""
+    m = Metrics(store)
+    store.publish(
+        snapshot(
+            1,
+            ObjectReport("peermem", D, message="required, but nvidia is not loaded"),
+            ObjectReport("sriov pci=0000:00:03.0", D, detail=sriov_detail(PF, 2, 2)),
+            ObjectReport("rxe rxe0", C),
+        )
+    )
+    got = scrape(m)
+    assert series(got, "rdmad_object_degraded") == {
+        frozenset({("object", "peermem")}): 1,
+        frozenset({("object", "sriov pci=0000:00:03.0")}): 1,
+        frozenset({("object", "rxe rxe0")}): 0,
+    }
+    assert value(got, "rdmad_objects", state="degraded") == 2
+    store.publish(snapshot(2, ObjectReport("peermem", C), ObjectReport("rxe rxe0", C)))
+    assert series(scrape(m), "rdmad_object_degraded") == {
+        frozenset({("object", "peermem")}): 0,
+        frozenset({("object", "rxe rxe0")}): 0,
+    }

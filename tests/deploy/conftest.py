@@ -1,14 +1,17 @@
-"""Shared helpers for the deploy/ checks: where deploy/ is, and tool lookup.
+"""Shared helpers for the deploy/ checks: where deploy/ is, tool and module lookup.
 
-A missing tool skips a test locally (saying how to install it) and fails it in CI
+A missing tool (or Python module) skips a test locally (saying how to install it) and fails it in CI
 (CI=true), so a CI run never counts an unchecked artefact as passing.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
@@ -21,7 +24,18 @@ def require_tool(name: str, install_hint: str) -> str:
     path = shutil.which(name)
     if path is not None:
         return path
-    message = f"{name} not found: {install_hint}"
+    _missing(f"{name} not found: {install_hint}")
+
+
+def require_module(name: str, install_hint: str) -> ModuleType:
+    """The module `name`, or skip (locally) / fail (CI) saying how to get it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        _missing(f"cannot import {name} ({exc}): {install_hint}")
+
+
+def _missing(message: str) -> NoReturn:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)

@@ -1,10 +1,11 @@
 """The rdmad Ansible role, run on this host with a local connection.
 
-Not a lab guest: the live drop-in is a temporary file, `systemctl` and `rdmad-ctl`
-are PATH stubs that record their calls; `rdmad check-config` is the real one (this
-checkout's), so validation is real. Checked: a first run changes and reloads, a
-second run changes nothing, a bad variable fails validation and leaves the live file
-as it was, and a node that does not converge fails the play with rdmad's reason.
+Not a lab guest (tests/lab/test_ansible_lab.py runs the role there): the live drop-in
+is a temporary file, `systemctl` and `rdmad-ctl` are PATH stubs that record their
+calls; `rdmad check-config` is the real one (this checkout's), so validation is real.
+Checked: a first run changes and reloads (`rdmad-ctl reload`), a second run changes
+nothing, a bad variable fails validation and leaves the live file as it was, and a
+node that does not converge fails the play with rdmad's reason.
 """
 
 from __future__ import annotations
@@ -67,7 +68,14 @@ def run(node: Path, **extra: object) -> subprocess.CompletedProcess[str]:
         "rdmad_ctl_bin": str(node / "bin" / "rdmad-ctl"),
         "rdmad_converge_retries": 2,
         "rdmad_converge_delay": 0,
-        "rdmad_sriov": [{"pf": {"pci": "0000:3b:00.0"}, "numvfs": 4, "driver_guard": True}],
+        "rdmad_sriov": [
+            {
+                "pf": {"pci": "0000:3b:00.0"},
+                "numvfs": 4,
+                "driver_guard": True,
+                "vf": [{"index": 0, "mac": "02:00:00:00:0a:00", "vlan": 100}, {"index": 2}],
+            }
+        ],
         "rdmad_rxe": [{"name": "rxe0", "netdev": {"name": "eth0"}}],
         "rdmad_peermem_mode": "require",
     }
@@ -97,7 +105,7 @@ def recap(result: subprocess.CompletedProcess[str]) -> str:
 def reloads(node: Path) -> int:
     calls = node / "bin" / "calls"
     lines = calls.read_text().splitlines() if calls.exists() else []
-    return sum("systemctl reload rdmad" in line for line in lines)
+    return sum("rdmad-ctl reload --wait" in line for line in lines)
 
 
 def test_first_run_changes_second_run_does_not(node: Path) -> None:
@@ -106,6 +114,7 @@ def test_first_run_changes_second_run_does_not(node: Path) -> None:
     assert "changed=0" not in recap(first)
     dropin = (node / "etc" / "rdmad.d" / "50-ansible.toml").read_text()
     assert 'pci = "0000:3b:00.0"' in dropin and "numvfs = 4" in dropin
+    assert dropin.count("[[sriov.vf]]") == 2 and 'mac = "02:00:00:00:0a:00"' in dropin
     assert reloads(node) == 1
     second = run(node)
     assert second.returncode == 0, second.stdout + second.stderr

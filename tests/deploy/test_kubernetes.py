@@ -1,10 +1,10 @@
-"""Structural checks of deploy/kubernetes, offline (PyYAML, no cluster, no schemas).
+"""Structural checks of deploy/kubernetes, offline (PyYAML, no cluster).
 
 What is checked: each document's apiVersion/kind, namespaces, the DaemonSet's
 selector matching its pod labels, host namespaces, the privileged container, every
 volumeMount naming a defined volume, the host paths rdmad needs, both probes, and
-that each ConfigMap's TOML passes `rdmad check-config`. Not checked: the full
-Kubernetes OpenAPI schema (no kubeconform in Debian; kubectl's dry run needs a server).
+that each ConfigMap's TOML passes `rdmad check-config`. The Kubernetes OpenAPI schema
+itself (strict, offline): test_kubernetes_schema.py.
 """
 
 from __future__ import annotations
