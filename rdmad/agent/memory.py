@@ -139,20 +139,10 @@ class Memory:
         self.state.history = list(previous.history)
         return list(previous.history)
 
-    def save_state(self) -> None:
+    def save_state(self, durable: bool = True) -> None:
         if self.state_store is None or self.shared.options.dry_run:
             return
-        problem = self.state_store.save(self.state)
-        if problem is not None and problem not in self.notes:
-            log.warning("state.not-saved", problem=problem)
-            self.notes.append(problem)
-
-    def claim_rxe(self, name: str) -> None:
-        """Write down an rxe link as rdmad's before creating it (``Applier``)."""
-        self.state.managed_rxe.add(name)
-        if self.state_store is None or self.shared.options.dry_run:
-            return
-        problem = self.state_store.claim_rxe(self.boot_id, self.state.managed_rxe)
+        problem = self.state_store.save(self.state, durable)
         if problem is not None and problem not in self.notes:
             log.warning("state.not-saved", problem=problem)
             self.notes.append(problem)
