@@ -119,13 +119,8 @@ class StateStore:
             kept = f"could not move it aside: {move_exc.strerror}"
         return None, f"{problem}; {kept}; rebuilding it"
 
-    def save(self, state: State, durable: bool = True) -> str | None:
-        """Write atomically; the error in words if that failed (the daemon carries on).
-
-        ``durable=False`` skips the two fsyncs (10-20 ms on a slow disk): the file is
-        still replaced whole, so a killed daemon finds the old or the new one, but a
-        power loss may lose the write. Only for what dies with the machine anyway.
-        """
+    def save(self, state: State) -> str | None:
+        """Write atomically; the error in words if that failed (the daemon carries on)."""
         data = json.dumps(state.to_json(), indent=1, sort_keys=True, default=str).encode()
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
@@ -135,13 +130,10 @@ class StateStore:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                if durable:
-                    os.fsync(fd)
+                os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self.path)
-            if not durable:
-                return None
             dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(dfd)  # the rename itself must survive a crash

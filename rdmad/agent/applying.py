@@ -294,15 +294,10 @@ class Applier:
         """Write down an rxe link as rdmad's before creating it: a crash right after the
         kernel made it must not leave a link rdmad created but does not know it owns
         (it would never remove it when undeclared). A claim whose link never appeared
-        is dropped by ``forget_vanished_rxe`` on the next pass.
-
-        Not fsynced: it is on the event path (two fsyncs measured 4-20 ms in the lab
-        guest, as much as the add itself), and only a process crash needs it. A power
-        loss takes the rxe link with it, and claims are bound to the boot they were
-        made in; the pass's own save after the add is durable."""
+        is dropped by ``forget_vanished_rxe`` on the next pass."""
         if isinstance(action, AddRxe) and not self.shared.options.dry_run:
             self.memory.state.managed_rxe.add(action.name)
-            self.memory.save_state(durable=False)
+            self.memory.save_state()
 
     def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state

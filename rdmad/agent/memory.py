@@ -139,10 +139,10 @@ class Memory:
         self.state.history = list(previous.history)
         return list(previous.history)
 
-    def save_state(self, durable: bool = True) -> None:
+    def save_state(self) -> None:
         if self.state_store is None or self.shared.options.dry_run:
             return
-        problem = self.state_store.save(self.state, durable)
+        problem = self.state_store.save(self.state)
         if problem is not None and problem not in self.notes:
             log.warning("state.not-saved", problem=problem)
             self.notes.append(problem)

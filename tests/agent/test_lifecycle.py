@@ -7,8 +7,6 @@ import errno
 import json
 from dataclasses import replace
 
-import pytest
-
 from rdmad.model import Action, Observed, PlanState, SetNumVfs, Waiting
 from rdmad.state import State, StateStore
 
@@ -267,28 +265,6 @@ def test_state_save_is_atomic_and_leaves_no_temp(tmp_path: object) -> None:
     assert sorted(p.name for p in d.iterdir()) == ["state.json"]
     loaded, _ = store.load()
     assert loaded is not None and loaded.managed_rxe == {"b"}
-
-
-def test_a_claim_is_saved_whole_without_fsync_and_the_rest_with_it(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The rxe claim before a create (durable=False) replaces the file whole, without the
-    fsyncs that cost as much as the add; every other save syncs the file and directory."""
-    import os
-    from pathlib import Path
-
-    synced: list[int] = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
-    d = Path(str(tmp_path)) / "s"
-    store = StateStore(d)
-    assert store.save(State(boot_id="x", managed_rxe={"a"}), durable=False) is None
-    assert synced == []
-    loaded, _ = store.load()
-    assert loaded is not None and loaded.managed_rxe == {"a"}
-    assert sorted(p.name for p in d.iterdir()) == ["state.json"]
-    assert store.save(State(boot_id="x", managed_rxe={"b"})) is None
-    assert len(synced) == 2  # the file, then the directory (the rename)
 
 
 def test_state_save_failure_is_a_value_not_an_exception(tmp_path: object) -> None:
