@@ -53,6 +53,9 @@ class PassInfo:
     changed: bool
 
 
+PASSES_KEPT = 1_000
+
+
 @dataclass
 class Shared:
     """What the agent's parts share: time, the trigger queue, the options in force
@@ -63,7 +66,9 @@ class Shared:
     options: AgentOptions
     backoff: Backoff
     rng: Callable[[], float]
-    passes: deque[PassInfo] = field(default_factory=lambda: deque(maxlen=10_000))
+    # The latest passes, for tests and benchmarks; 247 bytes each, so a daemon under a
+    # flapping link would grow by megabytes before a larger bound filled (the soak).
+    passes: deque[PassInfo] = field(default_factory=lambda: deque(maxlen=PASSES_KEPT))
     # Passes ever run: ``passes`` keeps only the latest, so its length stops growing.
     pass_count: int = 0
 

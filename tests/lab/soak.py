@@ -52,6 +52,8 @@ HISTORY_LEN = (
 )
 HISTORY_FULL = 200  # rdmad.state.HISTORY_KEPT
 WARMUP_RELOADS_MAX = 30
+PASSES_FULL = 1_000  # rdmad.agent.options.PASSES_KEPT
+WARMUP_PASSES_WAIT = 900.0  # s; the flaps alone make ~2 passes a second
 
 
 def vf_settings(vf: int) -> dict[str, Any]:
@@ -120,14 +122,20 @@ echo $t0 $t1
 
 
 def fill_history(g: Guest, condition: str) -> list[float | None]:
-    """Driver reloads until the history is at its bound (HISTORY_FULL entries), before
-    sampling starts: every bounded buffer is full, so RSS may stay flat from the first
-    sample on. Without it the history grows ~12 entries per reload through a 30-minute
-    run (200 after ~17 reloads), and RSS with it, in steps of one allocator arena."""
+    """Driver reloads until the history is at its bound (HISTORY_FULL entries), then the
+    flaps until the agent's pass record is (PASSES_FULL), before sampling starts: every
+    bounded buffer is full, so RSS may stay flat from the first sample on. Without it
+    both grow through a 30-minute run (the history ~12 entries per reload, the passes 2
+    a second), and RSS with them, in steps of one allocator arena."""
     took: list[float | None] = []
     while len(took) < WARMUP_RELOADS_MAX and history_len(g) < HISTORY_FULL:
         took.append(reload_igb(g, condition))
         log(f"warm-up reload {len(took)}: restored after {took[-1]} s, history {history_len(g)}")
+    # The agent keeps its latest PASSES_FULL passes: the flaps fill that in a few minutes.
+    deadline = time.monotonic() + WARMUP_PASSES_WAIT
+    while status_doc(g)["daemon"]["passes"] < PASSES_FULL and time.monotonic() < deadline:
+        time.sleep(SAMPLE_EVERY)
+    log(f"warm-up done: {status_doc(g)['daemon']['passes']} passes")
     return took
 
 
