@@ -109,17 +109,7 @@ def plan_sriov(
                 Blocked(obj, f"{pf.pci} has no netdev: VF settings are set through the PF's netdev")
             )
         else:
-            what = _vf_list({c.vf for c in netlink_changes})
-            actions.append(
-                SetVfSettings(
-                    obj,
-                    f"restore declared settings of {what}",
-                    pci=pf.pci,
-                    pf_netdev=pf.netdev,
-                    pf_ifindex=pf.ifindex,
-                    changes=tuple(netlink_changes),
-                )
-            )
+            actions.append(_settings(obj, pf, "restore declared settings of", netlink_changes))
     return actions
 
 
@@ -156,17 +146,20 @@ def _new_vf_settings(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState
                 changes.append(VfChange(vf_spec.index, attr, None, new))
     if not changes:
         return []
-    what = _vf_list({c.vf for c in changes})
-    return [
-        SetVfSettings(
-            obj,
-            f"set declared settings of new {what}",
-            pci=pf.pci,
-            pf_netdev=pf.netdev,
-            pf_ifindex=pf.ifindex,
-            changes=tuple(changes),
-        )
-    ]
+    return [_settings(obj, pf, "set declared settings of new", changes)]
+
+
+def _settings(obj: str, pf: PfObserved, words: str, changes: list[VfChange]) -> SetVfSettings:
+    """One batched write of VF settings to the PF, by ifindex, naming its VFs in spans."""
+    assert pf.netdev is not None
+    return SetVfSettings(
+        obj,
+        f"{words} {_vf_list({c.vf for c in changes})}",
+        pci=pf.pci,
+        pf_netdev=pf.netdev,
+        pf_ifindex=pf.ifindex,
+        changes=tuple(changes),
+    )
 
 
 def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
