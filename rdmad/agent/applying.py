@@ -162,9 +162,9 @@ class Applier:
 
         Without an event about its names the kernel ignored it ("applied without error,
         but the kernel still shows the old state": a failure). With one (an rxe link
-        deleted again by hand, a netdev that came back) it is a new situation: apply it
-        again, up to MAX_REDONE times in a row, so a kernel that undoes it at once
-        cannot keep the loop busy.
+        deleted again by hand, a netdev that came back, a module a stack restart removed)
+        it is a new situation: apply it again, up to MAX_REDONE times in a row, so a
+        kernel that undoes it at once cannot keep the loop busy.
         """
         if self.shared.options.dry_run:
             return True

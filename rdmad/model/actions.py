@@ -241,7 +241,8 @@ class InUseDrift(_VfNote):
 
 
 def action_touches(action: Action) -> frozenset[str]:
-    """Names an action depends on: netdev and RDMA names, PCI addresses, "ifindex:N".
+    """Names an action depends on: netdev, RDMA and module names, PCI addresses,
+    "ifindex:N".
 
     An event that renames or removes one of them makes the action stale (the agent
     re-observes before applying it); events about anything else leave it alone.
@@ -261,6 +262,10 @@ def action_touches(action: Action) -> frozenset[str]:
         names = {action.vf_pci}
     elif isinstance(action, AddRxe | DeleteRxe):
         names = {action.name, action.netdev}
+    elif isinstance(action, LoadModule):
+        # As /sys/module and module uevents name them: a module that went away (an RDMA
+        # stack restart) or one it needs coming back makes the same load a new one.
+        names = {action.module.replace("-", "_"), *action.requires}
     return frozenset(n for n in names if n)
 
 

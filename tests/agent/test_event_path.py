@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rdmad.agent import Agent
 from rdmad.agent.applying import MAX_REDONE
-from rdmad.model import Action, AddRxe, ObjectState, Observed, SetNumVfs, SetVfSettings
+from rdmad.model import (
+    Action,
+    AddRxe,
+    LoadModule,
+    ModulesObserved,
+    ObjectState,
+    Observed,
+    SetNumVfs,
+    SetVfSettings,
+)
 from rdmad.triggers import Trigger
 from tests.agent.test_safety import PF, SimHost, igb_like, sriov
 from tests.support.simkernel import SimKernel
@@ -219,6 +228,61 @@ async def test_an_rxe_link_deleted_again_after_its_add_is_added_again(rig: RigFa
     o = r.agent.status.current.objects[0]
     assert o.state is ObjectState.CONVERGED and not o.last_error
     assert not [h for h in r.agent.status.history() if "old state" in repr(h)]  # never failed
+    await r.stop()
+
+
+@dataclass
+class UnloadingHost(FakeHost):
+    """rdma_rxe loads on modprobe; then an RDMA stack restart removes it (and its links)
+    again and the module uevent says so, ``undo`` times."""
+
+    modules: set[str] = field(default_factory=set)
+    undo: int = 0
+    tell: Callable[[str], None] | None = None
+
+    async def observe(self) -> Observed:
+        o = await FakeHost.observe(self)
+        return replace(o, modules=ModulesObserved(frozenset(self.modules)))
+
+    async def apply(self, action: Action) -> FakeResult:  # type: ignore[override]
+        result = await FakeHost.apply(self, action)
+        if isinstance(action, LoadModule):
+            self.modules.add(action.module.replace("-", "_"))
+        if isinstance(action, AddRxe) and self.undo > 0:
+            self.undo -= 1
+            self.modules.clear()
+            self.links.clear()  # the links go with the module
+            assert self.tell is not None
+            self.tell(action.name)
+        return result
+
+
+async def test_a_module_removed_again_after_its_load_is_loaded_again(rig: RigFactory) -> None:
+    # modprobe worked, then a stack restart removed the module before the follow-up pass
+    # looked: the module event names it, so the load is a new one, not "no effect".
+    host = UnloadingHost(netdevs=["eth0"], undo=1)
+    r = rig(desired(("rxe0", "eth0")), host=host)
+
+    def tell(link: str) -> None:
+        for what, name in (("infiniband", link), ("module", "rdma_rxe")):
+            r.agent.queue.put(
+                Trigger(
+                    "udev",
+                    f"remove {what} {name}",
+                    stale=True,
+                    driver=what == "module",
+                    touches=frozenset({name}),
+                )
+            )
+
+    host.tell = tell
+    await r.start()
+    await r.idle()
+    assert host.modules == {"rdma_rxe"} and host.links == {"rxe0": "eth0"}
+    assert sum(isinstance(a, LoadModule) for a in host.applied) == 2
+    assert sum(isinstance(a, AddRxe) for a in host.applied) == 2
+    assert not [h for h in r.agent.status.history() if "old state" in repr(h)]  # never failed
+    assert all(not o.last_error for o in r.agent.status.current.objects)
     await r.stop()
 
 

@@ -23,6 +23,7 @@ if str(LAB_DIR) not in sys.path:
 
 from harness import (  # noqa: E402
     Guest,
+    GuestFrozen,
     GuestPool,
     LabError,
     find_image,
@@ -43,10 +44,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Only one guest lives at a time, so grouping the shared-guest tests first
     boots the shared guest once instead of after every fresh-guest test.
+
+    A lab test whose guest froze under the emulator (GuestFrozen: the kernel's stall
+    report, then a silent guest agent) runs once more on a fresh guest
+    (pytest-rerunfailures; the summary counts it as a rerun). Nothing else is rerun:
+    any other failure, and a second freeze, fail the run.
     """
     for item in items:
         if _in_lab(item):
             item.add_marker(pytest.mark.lab)
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=[GuestFrozen]))
 
     def needs_fresh(item: pytest.Item) -> bool:
         return _in_lab(item) and FRESH_FIXTURE in getattr(item, "fixturenames", ())
