@@ -120,7 +120,9 @@ def fresh_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator
     lab_pool.release_fresh()
 
 
-@pytest.hookimpl(hookwrapper=True)
+# trylast: the innermost wrapper, so a skip made a failure here is a failure when
+# pytest-rerunfailures decides on reruns (outside it, the plugin saw a skip and reran it).
+@pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """On a failed lab test, attach the guest's serial log and journal."""
     outcome = yield

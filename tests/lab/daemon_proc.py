@@ -45,6 +45,12 @@ def rss_kib(g: Guest, pid: int) -> int:
     return int(line.split()[1])
 
 
+def thread_count(g: Guest, pid: int) -> int:
+    """Threads of pid (the kernel's count: Python's and any a library started)."""
+    line = g.check(f"grep '^Threads:' /proc/{pid}/status")
+    return int(line.split()[1])
+
+
 def fd_count(g: Guest, pid: int) -> int:
     return int(g.check(f"ls /proc/{pid}/fd | wc -l").strip())
 

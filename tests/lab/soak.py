@@ -8,8 +8,12 @@ with every driver reload) and one on a veth, then for --minutes:
 * `modprobe -r igb; modprobe igb` every 2 minutes (no VF is held, so the driver
   guard allows it), then the seconds until the kernel shows every VF setting and
   both rxe links again (guest clock, polled every 50 ms);
-* rdmad's RSS and open fds every ~10 s, from the moment its history is full (warm-up:
-  driver reloads until the state file holds its 200 entries).
+* rdmad's RSS, threads and open fds every ~10 s, from the moment its history is full
+  (warm-up: driver reloads until the state file holds its 200 entries).
+
+--trace runs rdmad under tracemalloc (a drop-in ExecStart; a diagnosis run, its RSS is
+not the product's): every 30 s the daemon's traced Python memory and, from the end
+of the warm-up on, the 12 source lines whose allocations grew most since then.
 
 At the end rdmad's status must be converged with no config errors and no notes, and
 every restore must have completed. Prints a table and one JSON line, and writes the
@@ -32,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import fd_count, main_pid, rss_kib, status_doc
-from harness import Guest, install_mode, log, pool_or_exit
-from service import start
+from daemon_proc import fd_count, main_pid, rss_kib, status_doc, thread_count
+from harness import Guest, install_mode, log, pool_or_exit, rdmad_python
+from service import history, start
 
 RESULT = Path(__file__).resolve().parents[1] / "soak-result.json"
 NUMVFS = 4
@@ -54,6 +58,35 @@ HISTORY_FULL = 200  # rdmad.state.HISTORY_KEPT
 WARMUP_RELOADS_MAX = 30
 PASSES_FULL = 1_000  # rdmad.agent.options.PASSES_KEPT
 WARMUP_PASSES_WAIT = 900.0  # s; the flaps alone make ~2 passes a second
+
+TRACE_OUT = "/var/lib/rdmad/soak-trace.jsonl"
+TRACE_BASELINE = "/var/lib/rdmad/soak-trace-baseline"  # exists: growth is counted from here
+TRACE_SCRIPT = "/var/lib/rdmad/soak-trace.py"
+TRACE_DROPIN = "/run/systemd/system/rdmad.service.d/soak-trace.conf"
+# Runs inside the guest's rdmad service in place of `rdmad run --foreground`.
+TRACER = f"""import json, os, sys, threading, time, tracemalloc
+
+def sample():
+    base = None
+    while True:
+        time.sleep(30)
+        snap = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        cur, peak = tracemalloc.get_traced_memory()
+        rec = {{"t": time.time(), "traced_kib": cur // 1024, "peak_kib": peak // 1024,
+               "threads": [t.name for t in threading.enumerate()]}}
+        if base is None and os.path.exists({TRACE_BASELINE!r}):
+            base = snap
+        if base is not None:
+            rec["growth"] = [str(d) for d in snap.compare_to(base, "lineno")[:12]]
+        with open({TRACE_OUT!r}, "a") as f:
+            f.write(json.dumps(rec) + "\\n")
+
+threading.Thread(target=sample, name="soak-trace", daemon=True).start()
+from rdmad.cli import main
+sys.exit(main(["run", "--foreground"]))
+"""
 
 
 def vf_settings(vf: int) -> dict[str, Any]:
@@ -98,8 +131,33 @@ def restored_condition(pf: str) -> str:
     return " && ".join(checks)
 
 
-def reload_igb(g: Guest, condition: str) -> float | None:
-    """`modprobe -r igb; modprobe igb`; seconds from modprobe's return until all restored."""
+SLOW_RESTORE = 10.0  # s: a restore this slow gets its history entries in the result
+
+
+def reload_igb(g: Guest, condition: str, slow: list[dict[str, Any]] | None = None) -> float | None:
+    """`modprobe -r igb; modprobe igb`; seconds from modprobe's return until all restored.
+
+    A restore slower than SLOW_RESTORE (or none) is explained in ``slow``: what rdmad's
+    history says happened meanwhile, other than plain applied writes.
+    """
+    since = float(g.check("date +%s.%N"))
+    took = _reload_igb(g, condition)
+    if slow is not None and (took is None or took > SLOW_RESTORE):
+        other = [h for h in history(g) if h["at"] >= since and h["event"] != "applied"]
+        slow.append(
+            {
+                "took_s": took,
+                "applied": len([h for h in history(g) if h["at"] >= since]) - len(other),
+                "other": [
+                    f"{h['event']} {h['obj']}: {h['what']}: {h.get('error') or h['reason']}"
+                    for h in other
+                ][:20],
+            }
+        )
+    return took
+
+
+def _reload_igb(g: Guest, condition: str) -> float | None:
     steps = int(RESTORE_BOUND / 0.05)
     script = f"""set -e
 modprobe -r igb
@@ -121,7 +179,7 @@ echo $t0 $t1
     return round(float(t1) - float(t0), 2)
 
 
-def fill_history(g: Guest, condition: str) -> list[float | None]:
+def fill_history(g: Guest, condition: str, slow: list[dict[str, Any]]) -> list[float | None]:
     """Driver reloads until the history is at its bound (HISTORY_FULL entries), then the
     flaps until the agent's pass record is (PASSES_FULL), before sampling starts: every
     bounded buffer is full, so RSS may stay flat from the first sample on. Without it
@@ -129,7 +187,7 @@ def fill_history(g: Guest, condition: str) -> list[float | None]:
     a second), and RSS with them, in steps of one allocator arena."""
     took: list[float | None] = []
     while len(took) < WARMUP_RELOADS_MAX and history_len(g) < HISTORY_FULL:
-        took.append(reload_igb(g, condition))
+        took.append(reload_igb(g, condition, slow))
         log(f"warm-up reload {len(took)}: restored after {took[-1]} s, history {history_len(g)}")
     # The agent keeps its latest PASSES_FULL passes: the flaps fill that in a few minutes.
     deadline = time.monotonic() + WARMUP_PASSES_WAIT
@@ -164,6 +222,7 @@ def sample(g: Guest, started: float) -> dict[str, Any]:
         "t_s": round(time.monotonic() - started),
         "pid": pid,
         "rss_kib": rss_kib(g, pid),
+        "threads": thread_count(g, pid),
         "fds": fd_count(g, pid),
         "passes": doc["daemon"]["passes"],
         "flaps": int(g.run(f"cat {FLAPS}").out.strip() or 0),
@@ -171,8 +230,25 @@ def sample(g: Guest, started: float) -> dict[str, Any]:
     }
 
 
-def soak(g: Guest, minutes: float) -> dict[str, Any]:
+def install_tracer(g: Guest) -> None:
+    g.check(f"mkdir -p {TRACE_DROPIN.rsplit('/', 1)[0]} /var/lib/rdmad")
+    g.check(f"cat > {TRACE_SCRIPT}", stdin=TRACER.encode())
+    exec_start = f"{rdmad_python()} -I -X tracemalloc=1 {TRACE_SCRIPT}"
+    g.check(
+        f"cat > {TRACE_DROPIN}", stdin=f"[Service]\nExecStart=\nExecStart={exec_start}\n".encode()
+    )
+    g.check(f"rm -f {TRACE_OUT} {TRACE_BASELINE}; systemctl daemon-reload")
+
+
+def trace_records(g: Guest) -> list[dict[str, Any]]:
+    out = g.run(f"cat {TRACE_OUT} 2>/dev/null").out
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def soak(g: Guest, minutes: float, trace: bool = False) -> dict[str, Any]:
     g.install_rdmad()
+    if trace:
+        install_tracer(g)
     pf = g.igb_pf()
     g.check(f"ip link add {VETH} type veth peer name {VETH}p && ip link set {VETH} up")
     condition = restored_condition(pf)
@@ -184,7 +260,10 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
         f"i=$((i + 1)); echo $i > {FLAPS}; sleep 1; done",
         max_seconds=int(minutes * 60) + 600,
     )
-    warmup = fill_history(g, condition)
+    slow: list[dict[str, Any]] = []
+    warmup = fill_history(g, condition, slow)
+    if trace:
+        g.check(f"touch {TRACE_BASELINE}")
     started = time.monotonic()
     samples = [sample(g, started)]
     restores: list[float | None] = []
@@ -193,14 +272,15 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
     while time.monotonic() < end:
         now = time.monotonic()
         if now >= next_reload:
-            took = reload_igb(g, condition)
+            took = reload_igb(g, condition, slow)
             restores.append(took)
             log(f"igb reload {len(restores)}: restored after {took} s")
             next_reload += RELOAD_EVERY
         samples.append(sample(g, started))
         last = samples[-1]
         log(
-            f"t={last['t_s']:>5} s  RSS {last['rss_kib']} KiB  fds {last['fds']}  "
+            f"t={last['t_s']:>5} s  RSS {last['rss_kib']} KiB  threads {last['threads']}  "
+            f"fds {last['fds']}  "
             f"passes {last['passes']}  flaps {last['flaps']}  history {last['history']}"
         )
         time.sleep(
@@ -218,6 +298,8 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
     rss = [s["rss_kib"] for s in samples]
     full = [s["rss_kib"] for s in samples if s["history"] >= max(x["history"] for x in samples)]
     fds = [s["fds"] for s in samples]
+    threads = [s["threads"] for s in samples]
+    traced = trace_records(g) if trace else []
     return {
         "minutes": minutes,
         "install": install_mode(),
@@ -230,28 +312,41 @@ def soak(g: Guest, minutes: float) -> dict[str, Any]:
             "median": statistics.median(done) if done else None,
             "max": max(done, default=None),
             "each": restores,
+            "warmup_each": warmup,
+            # Restores slower than SLOW_RESTORE (warm-up included) and what rdmad's
+            # history shows besides applied writes while they ran.
+            "slow": slow,
         },
         "rss_kib": {"first": rss[0], "last": rss[-1], "max": max(rss)},
         # From the first sample with the history at its longest (its bound, in a long run).
         "rss_kib_history_full": {"first": full[0], "last": full[-1], "max": max(full)},
         "history_entries": {"first": samples[0]["history"], "last": samples[-1]["history"]},
         "fds": {"first": fds[0], "last": fds[-1], "max": max(fds)},
+        "threads": {"first": threads[0], "last": threads[-1], "max": max(threads)},
         "passes": samples[-1]["passes"] - samples[0]["passes"],
         "rdmad_restarts": len({s["pid"] for s in samples}) - 1,
         "status": doc["summary"],
         "notes": doc["daemon"]["notes"],
         "errors": errors,
         "samples": samples,
+        **({"trace": traced} if trace else {}),
     }
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"{'t s':>6} {'RSS KiB':>9} {'fds':>4} {'passes':>7} {'flaps':>6} {'history':>7}")
+    print(
+        f"{'t s':>6} {'RSS KiB':>9} {'threads':>7} {'fds':>4} {'passes':>7} {'flaps':>6} "
+        f"{'history':>7}"
+    )
     for s in result["samples"]:
         print(
-            f"{s['t_s']:>6} {s['rss_kib']:>9} {s['fds']:>4} {s['passes']:>7} {s['flaps']:>6} "
-            f"{s['history']:>7}"
+            f"{s['t_s']:>6} {s['rss_kib']:>9} {s.get('threads', '-'):>7} {s['fds']:>4} "
+            f"{s['passes']:>7} {s['flaps']:>6} {s['history']:>7}"
         )
+    for rec in result.get("trace", []):
+        print(f"traced {rec['traced_kib']} KiB (peak {rec['peak_kib']}), threads {rec['threads']}")
+    if result.get("trace"):
+        print("grew most since the warm-up:", *result["trace"][-1].get("growth", []), sep="\n  ")
     r = result["restore_s"]
     print(
         f"\n{result['minutes']} min: {result['flaps']} flaps, {result['driver_reloads']} igb "
@@ -266,18 +361,24 @@ def print_table(result: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="how long (default 30)")
+    ap.add_argument(
+        "--trace", action="store_true", help="run rdmad under tracemalloc (a diagnosis run)"
+    )
+    ap.add_argument(
+        "--out", type=Path, default=RESULT, help=f"where the result goes (default {RESULT})"
+    )
     args = ap.parse_args()
     if args.minutes <= 0:
         ap.error("--minutes must be positive")
     pool = pool_or_exit("soak")
     try:
-        result = soak(pool.shared(), args.minutes)
+        result = soak(pool.shared(), args.minutes, trace=args.trace)
     finally:
         pool.close()
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print_table(result)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
-    RESULT.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 1 if result["errors"] else 0
 
 
