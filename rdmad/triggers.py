@@ -122,6 +122,8 @@ class TriggerQueue:
         self._waiter: asyncio.Future[bool] | None = None
         self.total = 0  # triggers ever put; a trigger's number is the total after its put
         self.by_source: Counter[str] = Counter()  # triggers ever put, per source (metrics)
+        # When the last module went away (monotonic): someone is unloading modules.
+        self.module_removed_at: float | None = None
 
     def put(self, trigger: Trigger) -> int:
         """Queue a trigger; returns its number: the pass whose status or plan reports
@@ -132,6 +134,8 @@ class TriggerQueue:
         if self._batch is None:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)
+        if trigger.driver and trigger.stale:  # a module's remove uevent
+            self.module_removed_at = trigger.at
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._waiter is not None and not self._waiter.done():

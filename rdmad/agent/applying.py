@@ -61,6 +61,10 @@ class Applied:
 
 
 MAX_REDONE = 3  # an action re-applied in a row because events said it was undone
+# A module load waits until no module went away for this long: an operator unloading the
+# RDMA stack by hand (`modprobe -r` one module after the other, no pause) must not find
+# rdmad loading back, between two of its commands, what the next one removes.
+MODULE_SETTLE = 1.0
 
 
 class Applier:
@@ -117,6 +121,9 @@ class Applier:
             if obj in held_objs or (held and action.describe() in self.failed_what.get(obj, ())):
                 held_objs.add(obj)
                 continue
+            if isinstance(action, LoadModule) and self._modules_settling(action):
+                held_objs.add(obj)
+                continue
             key = (obj, action.describe())
             if key in self.last_applied and not self._undone_since(key, action, touched):
                 self.fail(
@@ -156,6 +163,19 @@ class Applier:
         self.last_applied = applied_now
         self.redone = {k: n for k, n in self.redone.items() if k in applied_now}
         return Applied(count, changed, aborted)
+
+    def _modules_settling(self, action: LoadModule) -> bool:
+        """Whether a module went away less than MODULE_SETTLE ago; if so the load waits
+        (not a failure) and a pass comes when the removals have been quiet that long."""
+        removed_at = self.shared.queue.module_removed_at
+        if removed_at is None or self.shared.options.dry_run:
+            return False
+        quiet_at = removed_at + MODULE_SETTLE
+        if self.shared.clock.monotonic() >= quiet_at:
+            return False
+        log.info("reconcile.module-settling", obj=action.obj, action=action.describe())
+        self.timers.arm_module_settle(quiet_at)
+        return True
 
     def _undone_since(self, key: tuple[str, str], action: Action, touched: frozenset[str]) -> bool:
         """The same action again right after it worked: did someone undo it since?

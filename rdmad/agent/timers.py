@@ -62,6 +62,10 @@ class Timers:
         when = self.shared.clock.monotonic() + o.drift_interval + spread
         self.arm("drift", when, self._trigger("drift", "periodic check"))
 
+    def arm_module_settle(self, when: float) -> None:
+        """A pass once module removals have been quiet long enough (a load waits for it)."""
+        self.arm("module-settle", when, self._trigger("module-settle", "module removals quiet"))
+
     def arm_retry(self) -> None:
         when = self.shared.backoff.next_retry()
         if when is None:

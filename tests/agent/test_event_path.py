@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rdmad.agent import Agent
-from rdmad.agent.applying import MAX_REDONE
+from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE
 from rdmad.model import (
     Action,
     AddRxe,
@@ -283,6 +283,45 @@ async def test_a_module_removed_again_after_its_load_is_loaded_again(rig: RigFac
     assert sum(isinstance(a, AddRxe) for a in host.applied) == 2
     assert not [h for h in r.agent.status.history() if "old state" in repr(h)]  # never failed
     assert all(not o.last_error for o in r.agent.status.current.objects)
+    await r.stop()
+
+
+async def test_a_module_load_waits_until_module_removals_are_quiet(rig: RigFactory) -> None:
+    # An operator unloads the RDMA stack by hand, one `modprobe -r` after the other:
+    # rdmad must not load back, between two of them, what the next one removes.
+    host = UnloadingHost(netdevs=["eth0"], modules={"rdma_rxe"}, links={"rxe0": "eth0"})
+    r = rig(desired(("rxe0", "eth0")), host=host)
+    await r.start()
+    await r.idle()
+    assert not any(isinstance(a, LoadModule) for a in host.applied)
+
+    def removed(module: str) -> None:
+        host.modules.discard(module)
+        host.links.clear()
+        r.agent.queue.put(
+            Trigger(
+                "udev",
+                f"remove module {module}",
+                stale=True,
+                driver=True,
+                touches=frozenset({module}),
+            )
+        )
+
+    removed("rdma_rxe")
+    for _ in range(4):  # removals go on for a while: nothing is loaded meanwhile
+        await r.advance(MODULE_SETTLE * 0.6)
+        assert not any(isinstance(a, LoadModule) for a in host.applied)
+        removed("ib_uverbs")
+    await r.advance(MODULE_SETTLE * 0.9)
+    assert not any(isinstance(a, LoadModule) for a in host.applied)
+    # Quiet for MODULE_SETTLE: the load (and the link) come, in a pass of their own.
+    await r.advance(MODULE_SETTLE * 0.2)
+    await until(lambda: "rxe0" in host.links, "rxe back after the removals settled")
+    assert [a.module for a in host.applied if isinstance(a, LoadModule)] == ["rdma_rxe"]
+    assert any(p.cause == "module-settle" for p in r.agent.passes)
+    assert all(not o.last_error for o in r.agent.status.current.objects)
+    assert not [h for h in r.agent.status.history() if h.event == "failed"]
     await r.stop()
 
 
