@@ -181,7 +181,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--poll-runs", type=int, default=6)
-    ap.add_argument("--gap", type=float, default=0.5, help="idle seconds before each run")
+    # Above rdmad's MODULE_SETTLE (1 s): the bench's own rmmod before each run must not
+    # look like an operator still unloading modules when `modprobe nvidia` comes.
+    ap.add_argument("--gap", type=float, default=1.5, help="idle seconds before each run")
     ap.add_argument("--timeout", type=float, default=20.0, help="per-run deadline (s)")
     ap.add_argument("--quick", action="store_true", help="3 rdmad runs, 2 loop runs (CI)")
     args = ap.parse_args()
