@@ -22,17 +22,12 @@ from dataclasses import dataclass, field
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.peermem import KERNEL_LOG_SEP
+from rdmad.peermem import KERNEL_LOG_SEP, canonical
 
 MODPROBE = "/sbin/modprobe"
 DEFAULT_TIMEOUT = 120.0  # a PF driver with many VFs takes seconds to load under TCG
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 _PARAM_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def canonical(name: str) -> str:
-    """The kernel's spelling of a module name: sysfs and /proc/modules use '_' for '-'."""
-    return name.replace("-", "_")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rdmad.peermem import canonical
+
 # --- actions ----------------------------------------------------------------------------
 
 
@@ -265,7 +267,7 @@ def action_touches(action: Action) -> frozenset[str]:
     elif isinstance(action, LoadModule):
         # As /sys/module and module uevents name them: a module that went away (an RDMA
         # stack restart) or one it needs coming back makes the same load a new one.
-        names = {action.module.replace("-", "_"), *action.requires}
+        names = {canonical(action.module), *action.requires}
     return frozenset(n for n in names if n)
 
 

@@ -145,11 +145,12 @@ def reload_igb(g: Guest, condition: str, slow: list[dict[str, Any]] | None = Non
     since = float(g.check("date +%s.%N"))
     took = _reload_igb(g, condition)
     if slow is not None and (took is None or took > SLOW_RESTORE):
-        other = [h for h in history(g) if h["at"] >= since and h["event"] != "applied"]
+        during = [h for h in history(g) if h["at"] >= since]
+        other = [h for h in during if h["event"] != "applied"]
         slow.append(
             {
                 "took_s": took,
-                "applied": len([h for h in history(g) if h["at"] >= since]) - len(other),
+                "applied": len(during) - len(other),
                 "other": [
                     f"{h['event']} {h['obj']}: {h['what']}: {h.get('error') or h['reason']}"
                     for h in other
@@ -198,9 +199,9 @@ def fill_history(
     deadline = time.monotonic() + WARMUP_PASSES_WAIT
     while status_doc(g)["daemon"]["passes"] < PASSES_FULL and time.monotonic() < deadline:
         time.sleep(SAMPLE_EVERY)
-    # With every buffer full, the first reloads still raised RSS twice (+0.6 MiB in the
-    # soaks of 2026-11-24: the allocator's high-water mark of a reload pass among full
-    # buffers, not a growing structure: flat for the 20 minutes after). These reach it.
+    # With every buffer full, the first reloads of a soak still raised RSS (+0.6 MiB in a
+    # 30-minute soak, then flat for 20 minutes). These reloads come before sampling; a
+    # soak with them still saw one step of 264 KiB (tests/RELIABILITY.md: not explained).
     for i in range(settle_reloads):
         took.append(reload_igb(g, condition, slow))
         log(f"warm-up settle reload {i + 1}/{settle_reloads}: restored after {took[-1]} s")
