@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "lab"))
 
 from bench_guard import headline_rows, lab
+from harness import lab_script_exit
 from headline import emit
 
 LAB = True
@@ -36,4 +38,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lab_script_exit(main))

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from harness import Guest, log, pool_or_exit  # noqa: E402
+from harness import Guest, lab_script_exit, log, pool_or_exit  # noqa: E402
 from headline import emit, row  # noqa: E402
 
 LAB = True
@@ -217,4 +217,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lab_script_exit(main))

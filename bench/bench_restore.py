@@ -42,7 +42,7 @@ LAB = True  # needs root and the lab image
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 
-from harness import Guest, log, pool_or_exit  # noqa: E402
+from harness import Guest, lab_script_exit, log, pool_or_exit  # noqa: E402
 
 NUMVFS = 4
 RXE = "rxr0"
@@ -330,4 +330,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lab_script_exit(main))

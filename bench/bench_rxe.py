@@ -45,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 
-from harness import Guest, log, pool_or_exit  # noqa: E402
+from harness import Guest, lab_script_exit, log, pool_or_exit  # noqa: E402
 
 LAB = True
 RXE = "rxbench"
@@ -322,4 +322,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lab_script_exit(main))

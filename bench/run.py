@@ -7,8 +7,9 @@ the QEMU lab image). Each bench is a subprocess; the runner reads its last stdou
 line (the contract's JSON object, see bench/headline.py). A lab bench is skipped,
 with the reason in the table, when not root, when RDMAD_SKIP_LAB=1, or when it
 exits 2 (the lab cannot run) — except in CI (CI=true), where that is an error.
-The run fails (exit 1) only when a bench errors or prints no JSON; never on a
-number or a missed target.
+A lab bench whose guest stopped answering (exit 3: the emulator froze it) runs once
+more on a new guest, and the table says so. The run fails (exit 1) only when a bench
+errors or prints no JSON; never on a number or a missed target.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Bench:
     reason: str = ""
     seconds: float = 0.0
     result: dict[str, Any] = field(default_factory=dict)
+    reruns: list[str] = field(default_factory=list)  # why it ran more than once
 
 
 def is_lab(path: Path) -> bool | None:
@@ -115,6 +117,11 @@ def stop_group(proc: subprocess.Popen[str]) -> int:
     return proc.wait()
 
 
+# A lab bench exits with this when its guest stopped answering (tests/lab/harness.py
+# lab_script_exit): an emulator fault, so it runs once more on a new guest.
+EXIT_GUEST_STOPPED = 3
+
+
 def run_one(b: Bench, quick: bool, ci: bool) -> None:
     if b.lab is None:
         b.status, b.reason = "error", "no module-level LAB = True/False (the bench contract)"
@@ -122,6 +129,29 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
     if b.lab and (why := lab_unavailable()) is not None:
         b.status, b.reason = ("error" if ci else "skipped"), why
         return
+    rc, timed_out, obj = attempt(b, quick)
+    if b.lab and rc == EXIT_GUEST_STOPPED and not timed_out:
+        b.reruns.append("its guest stopped answering (the reason is above)")
+        print(f"== {b.name}: its guest stopped answering; running it once more", flush=True)
+        rc, timed_out, obj = attempt(b, quick)
+    limit = TIMEOUT_S["quick" if quick else "full"]
+    if timed_out:
+        b.status, b.reason = "error", f"still running after {limit} s: stopped"
+    elif b.lab and rc == 2:
+        b.status = "error" if ci else "skipped"
+        b.reason = "the lab cannot run (exit 2; its reason is above)"
+    elif b.lab and rc == EXIT_GUEST_STOPPED:
+        b.status, b.reason = "error", "its guest stopped answering twice"
+    elif rc != 0:
+        b.status, b.reason = "error", f"exit {rc}"
+    elif obj is None:
+        b.status, b.reason = "error", "no JSON object with a headline on its last line"
+    else:
+        b.status, b.result = "ok", obj
+
+
+def attempt(b: Bench, quick: bool) -> tuple[int, bool, dict[str, Any] | None]:
+    """One run of the bench: (exit code, stopped at the time limit, its JSON object)."""
     argv = [sys.executable, str(b.path), *(["--quick"] if quick else [])]
     print(f"== {b.name}: {b.path.relative_to(REPO)}{' --quick' if quick else ''}", flush=True)
     start = time.monotonic()
@@ -140,19 +170,8 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
         timed_out = True
         rc = stop_group(proc)
     reader.join(30)
-    b.seconds = time.monotonic() - start
-    obj = last_json("".join(out))
-    if timed_out:
-        b.status, b.reason = "error", f"still running after {limit} s: stopped"
-    elif b.lab and rc == 2:
-        b.status = "error" if ci else "skipped"
-        b.reason = "the lab cannot run (exit 2; its reason is above)"
-    elif rc != 0:
-        b.status, b.reason = "error", f"exit {rc}"
-    elif obj is None:
-        b.status, b.reason = "error", "no JSON object with a headline on its last line"
-    else:
-        b.status, b.result = "ok", obj
+    b.seconds += time.monotonic() - start
+    return rc, timed_out, last_json("".join(out))
 
 
 def machine() -> dict[str, Any]:
@@ -187,6 +206,9 @@ def combined(benches: list[Bench]) -> str:
         if b.status == "ok":
             rows = b.result["headline"] or [{"what": "(no headline rows)"}]
             lines += [[b.name, *cells(r)] for r in rows]
+            if b.reruns:
+                note = f"ran twice: the first time {b.reruns[0]}"
+                lines.append([b.name, note] + [""] * (len(HEAD) - 1))
         else:
             lines.append([b.name, f"{b.status}: {b.reason}"] + [""] * (len(HEAD) - 1))
     return render(lines)
@@ -213,6 +235,7 @@ def main() -> int:
                 "status": b.status,
                 "reason": b.reason or None,
                 "seconds": round(b.seconds, 1),
+                "reruns": b.reruns,
                 "result": b.result or None,
             }
             for b in benches

@@ -91,3 +91,50 @@ def test_in_ci_a_lab_bench_that_cannot_run_is_an_error(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert (entry["status"], entry["reason"]) == ("error", "RDMAD_SKIP_LAB=1")
     assert "errors: guard_lab" in proc.stderr
+
+
+def load_runner(monkeypatch: Any) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "bench" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+FAKE_LAB_BENCH = """
+import json, sys
+from pathlib import Path
+runs = Path(sys.argv[0]).with_suffix(".runs")
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+if n <= {stops}:
+    sys.exit(3)  # its guest stopped answering
+print(json.dumps({{"bench": "fake", "headline": [], "run": n}}))
+"""
+
+
+def run_fake_lab_bench(tmp_path: Path, monkeypatch: Any, stops: int) -> Any:
+    runner = load_runner(monkeypatch)
+    monkeypatch.setattr(runner, "lab_unavailable", lambda: None)
+    script = tmp_path / "bench_fake.py"
+    script.write_text(FAKE_LAB_BENCH.format(stops=stops))
+    monkeypatch.setattr(runner, "REPO", tmp_path)  # for the progress line's relative path
+    bench = runner.Bench("fake", script, lab=True)
+    runner.run_one(bench, quick=True, ci=True)
+    return runner, bench
+
+
+def test_a_lab_bench_whose_guest_stopped_runs_once_more(tmp_path: Path, monkeypatch: Any) -> None:
+    runner, bench = run_fake_lab_bench(tmp_path, monkeypatch, stops=1)
+    assert (bench.status, bench.result["run"]) == ("ok", 2)
+    assert bench.reruns == ["its guest stopped answering (the reason is above)"]
+    assert "ran twice: the first time its guest stopped answering" in runner.combined([bench])
+
+
+def test_a_guest_that_stops_twice_is_an_error(tmp_path: Path, monkeypatch: Any) -> None:
+    _, bench = run_fake_lab_bench(tmp_path, monkeypatch, stops=2)
+    assert (bench.status, bench.reason) == ("error", "its guest stopped answering twice")
+    assert (tmp_path / "bench_fake.runs").read_text() == "2"  # never a third time

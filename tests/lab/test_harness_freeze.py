@@ -5,11 +5,14 @@ Only GuestFrozen makes conftest run a lab test once more; these run without QEMU
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import harness
 import pytest
-from harness import ExecResult, Guest, GuestAgentSilent, GuestFrozen, LabImage
+from harness import ExecResult, Guest, GuestAgent, GuestAgentSilent, GuestFrozen, LabImage
 
 STALL = (
     "[  610.508869] rcu: rcu_preempt kthread starved for 5252 jiffies! g183633 f0x0 "
@@ -62,3 +65,41 @@ def test_stall_reports_are_found_in_a_log_without_a_banner(guest: Guest) -> None
     assert guest.kernel_stall() == "watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [sh:1]"
     guest.serial_log.write_text("")
     assert guest.kernel_stall() is None
+
+
+class StalledExecAgent(GuestAgent):
+    """guest-exec starts the command; guest-exec-status answers only `answers` times
+    out of the calls listed in `script` (True: an answer, False: silence)."""
+
+    def __init__(self, script: list[bool]) -> None:
+        super().__init__(Path("/nonexistent"))
+        self.script = script
+        self.status_calls = 0
+
+    def call(
+        self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> Any:
+        if command == "guest-exec":
+            return {"pid": 7}
+        answers = self.script[min(self.status_calls, len(self.script) - 1)]
+        self.status_calls += 1
+        if not answers:
+            time.sleep(0.01)  # a silent agent's call takes its timeout
+            raise GuestAgentSilent("the guest agent did not answer in time")
+        return {"exited": self.status_calls >= len(self.script), "exitcode": 0}
+
+
+def test_a_long_command_gives_up_after_the_silence_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A benchmark's driver may run for hours; a frozen guest must not hold it that long.
+    monkeypatch.setattr(harness, "AGENT_SILENCE_LIMIT", 0.05)
+    agent = StalledExecAgent([False])
+    with pytest.raises(GuestAgentSilent, match=r"did not answer for \d+ s while /bin/sh ran"):
+        agent.exec(["/bin/sh", "-c", "sleep 3600"], timeout=7200)
+    assert agent.status_calls >= 2  # it asked again before giving up
+
+
+def test_a_short_silence_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "AGENT_SILENCE_LIMIT", 60.0)
+    agent = StalledExecAgent([False, True, False, True])
+    assert agent.exec(["/bin/true"], timeout=7200).ok
+    assert agent.status_calls == 4
