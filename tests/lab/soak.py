@@ -15,6 +15,8 @@ with every driver reload) and one on a veth, then for --minutes:
 --trace runs rdmad under tracemalloc (a drop-in ExecStart; a diagnosis run, its RSS is
 not the product's): every 30 s the daemon's traced Python memory and, from the end
 of the warm-up on, the 12 source lines whose allocations grew most since then.
+--probe is the light variant TCG can afford: live allocator blocks, glibc's heap and
+the gc's objects every 30 s, the object types that grew most every 5 minutes.
 
 At the end rdmad's status must be converged with no config errors and no notes, and
 every restore must have completed. Prints a table and one JSON line, and writes the
@@ -86,6 +88,46 @@ def sample():
             f.write(json.dumps(rec) + "\\n")
 
 threading.Thread(target=sample, name="soak-trace", daemon=True).start()
+from rdmad.cli import main
+sys.exit(main(["run", "--foreground"]))
+"""
+# --probe: a light look at the same question, cheap enough for TCG. Every 30 s the
+# live blocks of Python's allocator and glibc's heap (mallinfo2: in use, free, mmapped);
+# from the end of the warm-up on, every 5 minutes, the 12 object types whose count grew
+# most since then (a walk of every gc object: the one costly step, hence rare). Live
+# blocks flat while RSS steps means the allocator keeps memory it once needed (a
+# high-water mark), not a leak.
+PROBER = f"""import collections, ctypes, gc, json, os, sys, threading, time
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+        "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Mallinfo2
+
+def types():
+    return collections.Counter(type(o).__name__ for o in gc.get_objects())
+
+def sample():
+    base, last_types = None, 0.0
+    while True:
+        time.sleep(30)
+        m = libc.mallinfo2()
+        rec = {{"t": time.time(), "blocks": sys.getallocatedblocks(), "gc_count": gc.get_count(),
+               "heap_kib": m.arena // 1024, "heap_used_kib": m.uordblks // 1024,
+               "heap_free_kib": m.fordblks // 1024, "mmapped_kib": m.hblkhd // 1024}}
+        if base is None and os.path.exists({TRACE_BASELINE!r}):
+            base = types()
+        if base is not None and time.monotonic() - last_types >= 300:
+            last_types = time.monotonic()
+            grew = (types() - base).most_common(12)
+            rec["growth"] = [f"{{name}} +{{n}}" for name, n in grew]
+        with open({TRACE_OUT!r}, "a") as f:
+            f.write(json.dumps(rec) + "\\n")
+
+threading.Thread(target=sample, name="soak-probe", daemon=True).start()
 from rdmad.cli import main
 sys.exit(main(["run", "--foreground"]))
 """
@@ -242,10 +284,13 @@ def sample(g: Guest, started: float) -> dict[str, Any]:
     }
 
 
-def install_tracer(g: Guest) -> None:
+def install_tracer(g: Guest, diagnosis: str) -> None:
+    """rdmad's ExecStart replaced by the --trace or --probe script (a drop-in)."""
     g.check(f"mkdir -p {TRACE_DROPIN.rsplit('/', 1)[0]} /var/lib/rdmad")
-    g.check(f"cat > {TRACE_SCRIPT}", stdin=TRACER.encode())
-    exec_start = f"{rdmad_python()} -I -X tracemalloc=1 {TRACE_SCRIPT}"
+    script = TRACER if diagnosis == "trace" else PROBER
+    g.check(f"cat > {TRACE_SCRIPT}", stdin=script.encode())
+    flags = "-X tracemalloc=1 " if diagnosis == "trace" else ""
+    exec_start = f"{rdmad_python()} -I {flags}{TRACE_SCRIPT}"
     g.check(
         f"cat > {TRACE_DROPIN}", stdin=f"[Service]\nExecStart=\nExecStart={exec_start}\n".encode()
     )
@@ -258,11 +303,12 @@ def trace_records(g: Guest) -> list[dict[str, Any]]:
 
 
 def soak(
-    g: Guest, minutes: float, trace: bool = False, settle_reloads: int = SETTLE_RELOADS
+    g: Guest, minutes: float, diagnosis: str | None = None, settle_reloads: int = SETTLE_RELOADS
 ) -> dict[str, Any]:
     g.install_rdmad()
-    if trace:
-        install_tracer(g)
+    trace = diagnosis is not None
+    if diagnosis is not None:
+        install_tracer(g, diagnosis)
     pf = g.igb_pf()
     g.check(f"ip link add {VETH} type veth peer name {VETH}p && ip link set {VETH} up")
     condition = restored_condition(pf)
@@ -344,7 +390,7 @@ def soak(
         "notes": doc["daemon"]["notes"],
         "errors": errors,
         "samples": samples,
-        **({"trace": traced} if trace else {}),
+        **({"diagnosis": diagnosis, "trace": traced} if trace else {}),
     }
 
 
@@ -359,9 +405,19 @@ def print_table(result: dict[str, Any]) -> None:
             f"{s['passes']:>7} {s['flaps']:>6} {s['history']:>7}"
         )
     for rec in result.get("trace", []):
-        print(f"traced {rec['traced_kib']} KiB (peak {rec['peak_kib']}), threads {rec['threads']}")
+        if "traced_kib" in rec:
+            print(
+                f"traced {rec['traced_kib']} KiB (peak {rec['peak_kib']}), threads {rec['threads']}"
+            )
+        else:
+            print(
+                f"blocks {rec['blocks']}  heap "
+                f"{rec['heap_kib']} KiB (used {rec['heap_used_kib']}, free "
+                f"{rec['heap_free_kib']})  mmapped {rec['mmapped_kib']} KiB"
+            )
     if result.get("trace"):
-        print("grew most since the warm-up:", *result["trace"][-1].get("growth", []), sep="\n  ")
+        growth = [r["growth"] for r in result["trace"] if r.get("growth")]
+        print("grew most since the warm-up:", *(growth[-1] if growth else []), sep="\n  ")
     r = result["restore_s"]
     print(
         f"\n{result['minutes']} min: {result['flaps']} flaps, {result['driver_reloads']} igb "
@@ -376,8 +432,14 @@ def print_table(result: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="how long (default 30)")
-    ap.add_argument(
+    diag = ap.add_mutually_exclusive_group()
+    diag.add_argument(
         "--trace", action="store_true", help="run rdmad under tracemalloc (a diagnosis run)"
+    )
+    diag.add_argument(
+        "--probe",
+        action="store_true",
+        help="sample rdmad's allocator and gc every 30 s (a light diagnosis run)",
     )
     ap.add_argument(
         "--settle-reloads",
@@ -394,7 +456,10 @@ def main() -> int:
     pool = pool_or_exit("soak")
     try:
         result = soak(
-            pool.shared(), args.minutes, trace=args.trace, settle_reloads=args.settle_reloads
+            pool.shared(),
+            args.minutes,
+            diagnosis="trace" if args.trace else "probe" if args.probe else None,
+            settle_reloads=args.settle_reloads,
         )
     finally:
         pool.close()
