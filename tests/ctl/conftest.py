@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socketserver
 import subprocess
 import sys
@@ -188,12 +189,24 @@ def ctl_env() -> dict[str, str]:
 
 
 def ctl_process(*argv: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """rdmad-ctl as its own process (signals, the real entry point)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "rdmad.ctl", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ctl_env(),
-        **kwargs,
-    )
+    """rdmad-ctl as its own process (signals, the real entry point).
+
+    A shell starts a background job with SIGINT ignored, and exec keeps it ignored:
+    under `pytest ... &` rdmad-ctl would never see the Ctrl-C these tests send. A
+    handled (not ignored) SIGINT here is SIG_DFL in the child, so its Python installs
+    its Ctrl-C handler as under a terminal."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rdmad.ctl", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ctl_env(),
+            **kwargs,
+        )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

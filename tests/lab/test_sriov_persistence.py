@@ -133,6 +133,10 @@ def test_igb_vfs_converge_and_a_hand_set_mac_is_restored(rdmad_guest: Guest) -> 
         "systemctl show -p StatusText --value rdmad | grep -q '1 object(s), 1 converged'",
         timeout=60,
     )
+    # Converged can come before udevd has passed on the VFs' creation events (late under
+    # load): a pass they trigger would find the hand-set MAC below before the drift
+    # timer does. Let udevd drain, then wait for a pass that comes after all of them.
+    g.check("udevadm settle --timeout=60 && rdmad-ctl reconcile --wait 60", timeout=150)
 
     # Someone sets a VF MAC by hand: the drift check restores it, and logs old -> new.
     g.check(f"ip link set dev {pf_netdev} vf 2 mac 02:00:00:00:ff:02")
