@@ -303,8 +303,15 @@ def trace_records(g: Guest) -> list[dict[str, Any]]:
 
 
 def soak(
-    g: Guest, minutes: float, diagnosis: str | None = None, settle_reloads: int = SETTLE_RELOADS
+    g: Guest,
+    minutes: float,
+    diagnosis: str | None = None,
+    settle_reloads: int = SETTLE_RELOADS,
+    so_far: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The soak's result; so_far holds what was measured as it goes, for a run that
+    ends early (a guest the emulator froze must not take the samples with it)."""
+    so_far = {} if so_far is None else so_far
     g.install_rdmad()
     trace = diagnosis is not None
     if diagnosis is not None:
@@ -327,6 +334,7 @@ def soak(
     started = time.monotonic()
     samples = [sample(g, started)]
     restores: list[float | None] = []
+    so_far.update(samples=samples, restores=restores, warmup=warmup, slow=slow)
     next_reload = started + RELOAD_EVERY
     end = started + minutes * 60
     while time.monotonic() < end:
@@ -336,6 +344,8 @@ def soak(
             restores.append(took)
             log(f"igb reload {len(restores)}: restored after {took} s")
             next_reload += RELOAD_EVERY
+            if trace:
+                so_far["trace"] = trace_records(g)
         samples.append(sample(g, started))
         last = samples[-1]
         log(
@@ -454,13 +464,21 @@ def main() -> int:
     if args.minutes <= 0:
         ap.error("--minutes must be positive")
     pool = pool_or_exit("soak")
+    so_far: dict[str, Any] = {}
     try:
         result = soak(
             pool.shared(),
             args.minutes,
             diagnosis="trace" if args.trace else "probe" if args.probe else None,
             settle_reloads=args.settle_reloads,
+            so_far=so_far,
         )
+    except Exception as exc:
+        # Keep what was measured; the run still fails.
+        partial = args.out.with_suffix(".partial.json")
+        partial.write_text(json.dumps({"ended_early": repr(exc), **so_far}, indent=1) + "\n")
+        log(f"the soak ended early; what it measured so far: {partial}")
+        raise
     finally:
         pool.close()
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
