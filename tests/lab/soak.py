@@ -15,8 +15,8 @@ with every driver reload) and one on a veth, then for --minutes:
 --trace runs rdmad under tracemalloc (a drop-in ExecStart; a diagnosis run, its RSS is
 not the product's): every 30 s the daemon's traced Python memory and, from the end
 of the warm-up on, the 12 source lines whose allocations grew most since then.
---probe is the light variant TCG can afford: live allocator blocks, glibc's heap and
-the gc's objects every 30 s, the object types that grew most every 5 minutes.
+--probe is the light variant TCG can afford: live allocator blocks and glibc's heap
+every 30 s, the object types that grew most every 5 minutes.
 
 At the end rdmad's status must be converged with no config errors and no notes, and
 every restore must have completed. Prints a table and one JSON line, and writes the
@@ -67,8 +67,13 @@ TRACE_OUT = "/var/lib/rdmad/soak-trace.jsonl"
 TRACE_BASELINE = "/var/lib/rdmad/soak-trace-baseline"  # exists: growth is counted from here
 TRACE_SCRIPT = "/var/lib/rdmad/soak-trace.py"
 TRACE_DROPIN = "/run/systemd/system/rdmad.service.d/soak-trace.conf"
+# The end of both diagnosis scripts: rdmad itself, as the unit's ExecStart runs it.
+RUN_RDMAD = """from rdmad.cli import main
+sys.exit(main(["run", "--foreground"]))
+"""
 # Runs inside the guest's rdmad service in place of `rdmad run --foreground`.
-TRACER = f"""import json, os, sys, threading, time, tracemalloc
+TRACER = (
+    f"""import json, os, sys, threading, time, tracemalloc
 
 def sample():
     base = None
@@ -88,16 +93,17 @@ def sample():
             f.write(json.dumps(rec) + "\\n")
 
 threading.Thread(target=sample, name="soak-trace", daemon=True).start()
-from rdmad.cli import main
-sys.exit(main(["run", "--foreground"]))
 """
+    + RUN_RDMAD
+)
 # --probe: a light look at the same question, cheap enough for TCG. Every 30 s the
 # live blocks of Python's allocator and glibc's heap (mallinfo2: in use, free, mmapped);
 # from the end of the warm-up on, every 5 minutes, the 12 object types whose count grew
 # most since then (a walk of every gc object: the one costly step, hence rare). Live
 # blocks flat while RSS steps means the allocator keeps memory it once needed (a
 # high-water mark), not a leak.
-PROBER = f"""import collections, ctypes, gc, json, os, sys, threading, time
+PROBER = (
+    f"""import collections, ctypes, gc, json, os, sys, threading, time
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
@@ -128,9 +134,9 @@ def sample():
             f.write(json.dumps(rec) + "\\n")
 
 threading.Thread(target=sample, name="soak-probe", daemon=True).start()
-from rdmad.cli import main
-sys.exit(main(["run", "--foreground"]))
 """
+    + RUN_RDMAD
+)
 
 
 def vf_settings(vf: int) -> dict[str, Any]:
@@ -313,7 +319,7 @@ def soak(
     ends early (a guest the emulator froze must not take the samples with it)."""
     so_far = {} if so_far is None else so_far
     g.install_rdmad()
-    trace = diagnosis is not None
+    trace = diagnosis is not None  # either diagnosis writes the same records file
     if diagnosis is not None:
         install_tracer(g, diagnosis)
     pf = g.igb_pf()
