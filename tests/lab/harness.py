@@ -567,6 +567,12 @@ class Guest:
             self._check_running()
             now = time.monotonic()
             if now > deadline:
+                stall = self.kernel_stall()
+                if stall is not None:  # a boot the emulator starved: as frozen as a command
+                    raise GuestFrozen(
+                        f"{self.name}: no boot-done marker after {timeout:.0f} s and the "
+                        f"guest kernel reports a stall ({stall!r}): its vCPUs were starved"
+                    )
                 raise GuestTimeout(
                     f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
                     + self.serial_text(tail=3000)

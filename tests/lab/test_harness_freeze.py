@@ -12,7 +12,15 @@ from typing import Any
 
 import harness
 import pytest
-from harness import ExecResult, Guest, GuestAgent, GuestAgentSilent, GuestFrozen, LabImage
+from harness import (
+    ExecResult,
+    Guest,
+    GuestAgent,
+    GuestAgentSilent,
+    GuestFrozen,
+    GuestTimeout,
+    LabImage,
+)
 
 STALL = (
     "[  610.508869] rcu: rcu_preempt kthread starved for 5252 jiffies! g183633 f0x0 "
@@ -103,3 +111,16 @@ def test_a_short_silence_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
     agent = StalledExecAgent([False, True, False, True])
     assert agent.exec(["/bin/true"], timeout=7200).ok
     assert agent.status_calls == 4
+
+
+def test_a_boot_that_stalls_is_a_frozen_guest(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + STALL)  # no boot-done marker
+    with pytest.raises(GuestFrozen, match="no boot-done marker after 0 s"):
+        guest.wait_boot(0.0, started=time.monotonic())
+
+
+def test_a_boot_that_is_only_slow_is_not(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + "still starting\n")
+    with pytest.raises(GuestTimeout) as exc:
+        guest.wait_boot(0.0, started=time.monotonic())
+    assert not isinstance(exc.value, GuestFrozen)
