@@ -314,10 +314,10 @@ class Applier:
         """Write down an rxe link as rdmad's before creating it: a crash right after the
         kernel made it must not leave a link rdmad created but does not know it owns
         (it would never remove it when undeclared). A claim whose link never appeared
-        is dropped by ``forget_vanished_rxe`` on the next pass."""
+        is dropped by ``forget_vanished_rxe`` on the next pass. The claim is a small
+        file of its own: saving the whole state here cost as much as the add itself."""
         if isinstance(action, AddRxe) and not self.shared.options.dry_run:
-            self.memory.state.managed_rxe.add(action.name)
-            self.memory.save_state()
+            self.memory.claim_rxe(action.name)
 
     def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state
