@@ -46,6 +46,7 @@ version=$(dpkg-deb -f "$deb" Version)
 image=localhost/rdmad:$version
 
 if [[ $new_base == 1 ]] || ! podman image exists "$BASE"; then
+    old_base=$(podman image inspect -f '{{.Id}}' "$BASE" 2>/dev/null || true)
     mirror=$(bash scripts/debian-mirror.sh "$SUITE")
     mkdir -p "$CACHE"
     log "base: debootstrap --variant=minbase $SUITE (mirror from this machine's apt sources)"
@@ -57,6 +58,10 @@ if [[ $new_base == 1 ]] || ! podman image exists "$BASE"; then
     tar -C "$work/rootfs" --numeric-owner -c . \
         | podman import --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null
     rm -rf --one-file-system "$work/rootfs"
+    if [[ -n $old_base ]]; then
+        # Images built on the old base still use it; it goes when they do.
+        podman rmi "$old_base" >/dev/null 2>&1 || true
+    fi
 fi
 
 # The image this tag named before, removed once the new one has the tag (no pile of
@@ -82,5 +87,5 @@ if [[ -n $save ]]; then
     rm -f "$save"
     podman save --format oci-archive -o "$save" "$image"
 fi
-log "built $image ($(podman image inspect -f '{{.Size}}' "$image" | numfmt --to=iec))"
+log "built $image ($(podman image inspect -f '{{.Size}}' "$image" | numfmt --to=si))"
 echo "$image"
