@@ -39,3 +39,18 @@ class SystemClock:
     def call_at(self, when: float, callback: Callable[[], None]) -> Cancellable:
         loop = asyncio.get_running_loop()
         return loop.call_later(max(0.0, when - time.monotonic()), callback)
+
+
+async def sleep_until(clock: Clock, when: float) -> None:
+    """Wait until ``clock.monotonic() >= when`` (on the fake clock too)."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    handle = clock.call_at(when, wake)
+    try:
+        await done
+    finally:
+        handle.cancel()

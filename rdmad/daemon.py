@@ -105,6 +105,7 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
             # A netdev or RDMA device event changes only those: a cheap pass may do.
             narrow=e.subsystem in ("net", *_RDMA_SUBSYSTEMS) and e.action != "resync",
             rdma=e.subsystem in _RDMA_SUBSYSTEMS,
+            removed=e.action == "remove",
         )
 
 

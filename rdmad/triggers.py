@@ -36,6 +36,8 @@ class Trigger:
     pass waited for has already happened, e.g. VFs exist once sriov_numvfs returned).
     ``soon``: worth a pass shortly after the last one, a few times in a row (an action
     dropped as stale; narrow batches count as soon too, being cheap to answer).
+    ``removed`` with ``rdma``: an RDMA device's `remove` uevent (an rxe link of that
+    name is not added again right away: ``TriggerQueue.rdma_removed_at``).
     """
 
     source: str
@@ -52,6 +54,7 @@ class Trigger:
     rdma: bool = False
     urgent: bool = False
     soon: bool = False
+    removed: bool = False  # the kernel removed the device(s) named in touches
 
 
 @dataclass(slots=True)
@@ -124,6 +127,8 @@ class TriggerQueue:
         self.by_source: Counter[str] = Counter()  # triggers ever put, per source (metrics)
         # When the last module went away (monotonic): someone is unloading modules.
         self.module_removed_at: float | None = None
+        # RDMA device name -> when the kernel last removed it (monotonic), bounded.
+        self.rdma_removed_at: dict[str, float] = {}
 
     def put(self, trigger: Trigger) -> int:
         """Queue a trigger; returns its number: the pass whose status or plan reports
@@ -136,11 +141,22 @@ class TriggerQueue:
         self._batch.add(trigger)
         if trigger.driver and trigger.stale:  # a module's remove uevent
             self.module_removed_at = trigger.at
+        if trigger.rdma and trigger.removed:
+            self._rdma_removed(trigger)
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(True)
         return self.total
+
+    def _rdma_removed(self, trigger: Trigger) -> None:
+        removed = self.rdma_removed_at
+        for name in trigger.touches:
+            if not name.startswith("ifindex:"):
+                removed.pop(name, None)  # re-inserted last: the oldest go first
+                removed[name] = trigger.at
+        while len(removed) > MAX_STALE_NAMES:
+            del removed[next(iter(removed))]
 
     @property
     def pending(self) -> Batch | None:

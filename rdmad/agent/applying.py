@@ -27,6 +27,7 @@ from rdmad.agent.options import Shared
 from rdmad.agent.protocols import Host, ResultLike, WriteLike
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
+from rdmad.clock import sleep_until
 from rdmad.model import (
     Action,
     AddRxe,
@@ -65,6 +66,13 @@ MAX_REDONE = 3  # an action re-applied in a row because events said it was undon
 # RDMA stack by hand (`modprobe -r` one module after the other, no pause) must not find
 # rdmad loading back, between two of its commands, what the next one removes.
 MODULE_SETTLE = 1.0
+# An rxe link added again under a name whose RDMA device the kernel removed less than
+# this long ago waits out the rest (no extra pass, no failure). On 6.1 under emulation,
+# adds sent within a few ms of the device's `remove` uevent stalled the `rdma link
+# delete` that removed it for ~20 s in 4 of 30 cycles (bench_rxe's floor, and rdmad
+# with a 1 ms claim); adds 30-60 ms after it never did. A netdev that comes back is not
+# held: its link went away with the old netdev, well before.
+RXE_READD_AFTER = 0.05
 
 
 class Applier:
@@ -106,6 +114,8 @@ class Applier:
                 aborted = True
                 break
             obj = action.obj
+            if isinstance(action, AddRxe):
+                await self._let_teardown_finish(action)
             pending = shared.queue.pending
             if pending is not None and pending.makes_stale(action_touches(action)):
                 # A netdev this action names was renamed or removed after we observed: it
@@ -163,6 +173,20 @@ class Applier:
         self.last_applied = applied_now
         self.redone = {k: n for k, n in self.redone.items() if k in applied_now}
         return Applied(count, changed, aborted)
+
+    async def _let_teardown_finish(self, action: AddRxe) -> None:
+        """Wait, if need be, until RXE_READD_AFTER has passed since the kernel removed an
+        RDMA device of this name (its teardown goes on after the `remove` uevent)."""
+        removed_at = self.shared.queue.rdma_removed_at.get(action.name)
+        if removed_at is None or self.shared.options.dry_run:
+            return
+        clock = self.shared.clock
+        until = removed_at + RXE_READD_AFTER
+        left = until - clock.monotonic()
+        if left <= 0:
+            return
+        log.debug("reconcile.rxe-teardown-wait", obj=action.obj, ms=round(left * 1000, 1))
+        await sleep_until(clock, until)
 
     def _modules_settling(self, action: LoadModule) -> bool:
         """Whether a module went away less than MODULE_SETTLE ago; if so the load waits
@@ -314,10 +338,10 @@ class Applier:
         """Write down an rxe link as rdmad's before creating it: a crash right after the
         kernel made it must not leave a link rdmad created but does not know it owns
         (it would never remove it when undeclared). A claim whose link never appeared
-        is dropped by ``forget_vanished_rxe`` on the next pass."""
+        is dropped by ``forget_vanished_rxe`` on the next pass. The claim is a small
+        file of its own: saving the whole state here cost as much as the add itself."""
         if isinstance(action, AddRxe) and not self.shared.options.dry_run:
-            self.memory.state.managed_rxe.add(action.name)
-            self.memory.save_state()
+            self.memory.claim_rxe(action.name)
 
     def _after_success(self, action: Action, cause: str) -> None:
         state = self.memory.state

@@ -147,6 +147,16 @@ class Memory:
             log.warning("state.not-saved", problem=problem)
             self.notes.append(problem)
 
+    def claim_rxe(self, name: str) -> None:
+        """Write down an rxe link as rdmad's before creating it (``Applier``)."""
+        self.state.managed_rxe.add(name)
+        if self.state_store is None or self.shared.options.dry_run:
+            return
+        problem = self.state_store.claim_rxe(self.boot_id, self.state.managed_rxe)
+        if problem is not None and problem not in self.notes:
+            log.warning("state.not-saved", problem=problem)
+            self.notes.append(problem)
+
     def forget_vanished_rxe(self, observed: Observed) -> None:
         """A managed rxe link that is gone is no longer ours: a link someone makes later
         under the same name must never be deleted as rdmad's."""

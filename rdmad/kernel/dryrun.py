@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied
+from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, recent_records
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.writes import planned_writes
 from rdmad.model import Action, Observed
@@ -26,7 +26,7 @@ class RecordingHost:
     def __init__(self, observer: Callable[[], Awaitable[Observed]], sysfs: Sysfs | None = None):
         self._observer = observer
         self.sysfs = sysfs or Sysfs("/")
-        self.records: list[WriteRecord] = []
+        self.records = recent_records()  # the last RECORDS_KEPT writes
         self.last: Observed | None = None
 
     async def observe(self) -> Observed:

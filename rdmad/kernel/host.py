@@ -5,7 +5,8 @@ An action is carried out as the writes ``kernel.writes.planned_writes`` describe
 method, ``KernelHost._execute``: it re-checks a destructive write against the
 kernel (current value and usage), performs it off the event loop with a deadline,
 logs "old -> new" with the action's reason (at debug when it worked: the agent logs
-each change at info, with its cause) and appends a ``WriteRecord`` to ``records``.
+each change at info, with its cause) and appends a ``WriteRecord`` to ``records``
+(which keeps the last ``RECORDS_KEPT``).
 Nothing else in rdmad changes the kernel.
 """
 
@@ -28,7 +29,14 @@ from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
-from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, verdict
+from rdmad.kernel.results import (
+    ApplyResult,
+    Outcome,
+    WriteRecord,
+    not_applied,
+    recent_records,
+    verdict,
+)
 from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
@@ -117,7 +125,7 @@ class KernelHost:
         self.numvfs_deadline = numvfs_deadline
         self.modprobe_timeout = modprobe_timeout
         self.modprobe_program = modprobe_program
-        self.records: list[WriteRecord] = []
+        self.records = recent_records()  # the last RECORDS_KEPT writes
         self.last: Observed | None = None
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe

@@ -7,6 +7,7 @@ describe a write the same way.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,16 @@ class WriteRecord:
             return f"would set {what} ({self.reason})"
         tail = "ok" if self.error is None else f"FAILED: {self.error}"
         return f"{what} ({self.reason}): {tail}"
+
+
+# The last writes a host keeps in ``records`` (tests and the lab read them; the
+# agent's history is what users see). Bounded: a daemon lives for months, and an
+# unbounded list grew ~10 records per PF driver reload (found by the soak's probe).
+RECORDS_KEPT = 256
+
+
+def recent_records() -> deque[WriteRecord]:
+    return deque(maxlen=RECORDS_KEPT)
 
 
 class Outcome(enum.Enum):

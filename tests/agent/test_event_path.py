@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rdmad.agent import Agent
-from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE
+from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE, RXE_READD_AFTER
 from rdmad.model import (
     Action,
     AddRxe,
@@ -23,7 +23,7 @@ from rdmad.triggers import Trigger
 from tests.agent.test_safety import PF, SimHost, igb_like, sriov
 from tests.support.simkernel import SimKernel
 
-from .conftest import FakeHost, FakeResult, RigFactory, desired, until
+from .conftest import FakeHost, FakeResult, RigFactory, desired, spin, until
 
 
 @dataclass
@@ -341,3 +341,69 @@ async def test_a_kernel_that_keeps_undoing_an_add_is_a_failure_after_a_few(
     assert "still shows the old state" in (r.agent.status.current.objects[0].last_error or "")
     # Then backoff spaces the attempts (the next round comes after its retry delay).
     await r.stop()
+
+
+def _rdma_removed(name: str) -> Trigger:
+    """An RDMA device's kernel `remove` uevent, as the daemon's uevent source puts it."""
+    return Trigger(
+        "uevent", f"remove infiniband {name}", stale=True, touches=frozenset({name}),
+        narrow=True, rdma=True, removed=True,
+    )  # fmt: skip
+
+
+async def test_an_rxe_link_the_kernel_removed_is_added_again_after_its_teardown(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0")), host=host).start()
+    await r.idle()
+    assert host.links == {"rxe0": "eth0"}
+    # Someone deletes the link: the uevent arrives, and the pass (the leading edge)
+    # starts and plans the add at once...
+    del host.links["rxe0"]
+    removed_at = r.clock.monotonic()
+    adds = len(host.applied)
+    passes = len(r.agent.passes)
+    r.agent.queue.put(_rdma_removed("rxe0"))
+    await spin()
+    # ...but sends it only once RXE_READD_AFTER has passed since the removal.
+    await r.advance(RXE_READD_AFTER * 0.9, step=RXE_READD_AFTER / 10)
+    assert len(host.applied) == adds and len(r.agent.passes) == passes
+    await r.advance(RXE_READD_AFTER * 0.1 + 1e-6)
+    await until(lambda: len(host.applied) > adds, "the add after the teardown")
+    assert isinstance(host.applied[-1], AddRxe)
+    assert r.clock.monotonic() - removed_at >= RXE_READD_AFTER
+    assert host.links == {"rxe0": "eth0"}
+    await r.stop()
+
+
+async def test_a_removal_long_ago_holds_nothing_and_other_names_are_not_held(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0"), ("rxe1", "eth9")), host=host).start()
+    await r.idle()
+    r.agent.queue.put(_rdma_removed("rxe0"))  # rxe0 is still there: nothing to add
+    await r.idle()  # more than RXE_READD_AFTER of fake time
+    # rxe0 deleted now, its removal long past; rxe1's netdev appears, never removed.
+    del host.links["rxe0"]
+    host.netdevs.append("eth9")
+    adds = len(host.applied)
+    r.agent.queue.put(_narrow("netlink", "add eth9"))
+    await r.advance(r.agent.options.settle_max + 0.001)
+    await until(lambda: len(host.applied) >= adds + 2, "both adds without a wait")
+    assert {a.name for a in host.applied[adds:] if isinstance(a, AddRxe)} == {"rxe0", "rxe1"}
+    await r.stop()
+
+
+def test_the_queue_remembers_rdma_removals_by_name_and_bounded() -> None:
+    from rdmad.triggers import MAX_STALE_NAMES, TriggerQueue
+    from tests.support.fakeclock import FakeClock
+
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("udev", "remove net eth0", stale=True, touches=frozenset({"eth0"}), removed=True))
+    assert q.rdma_removed_at == {}  # a netdev, not an RDMA device
+    for i in range(MAX_STALE_NAMES + 5):
+        q.put(_rdma_removed(f"rxe{i}"))
+    assert len(q.rdma_removed_at) == MAX_STALE_NAMES
+    assert "rxe0" not in q.rdma_removed_at and f"rxe{MAX_STALE_NAMES + 4}" in q.rdma_removed_at

@@ -7,6 +7,8 @@ import errno
 import json
 from dataclasses import replace
 
+import pytest
+
 from rdmad.model import Action, Observed, PlanState, SetNumVfs, Waiting
 from rdmad.state import State, StateStore
 
@@ -265,6 +267,43 @@ def test_state_save_is_atomic_and_leaves_no_temp(tmp_path: object) -> None:
     assert sorted(p.name for p in d.iterdir()) == ["state.json"]
     loaded, _ = store.load()
     assert loaded is not None and loaded.managed_rxe == {"b"}
+
+
+def test_an_rxe_claim_is_a_small_file_read_with_the_state_until_the_next_save(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim before a create replaces its own small file whole, without fsync; reading
+    the state adds the claims of the same boot; the next save holds them and removes it."""
+    import os
+    from pathlib import Path
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    d = Path(str(tmp_path)) / "s"
+    store = StateStore(d)
+    # Before any state file: the claim alone is the state.
+    assert store.claim_rxe("boot-1", {"rxe0"}) is None
+    assert synced == [] and sorted(p.name for p in d.iterdir()) == ["rxe-claims.json"]
+    loaded, problem = store.load()
+    assert problem is None and loaded is not None
+    assert (loaded.boot_id, loaded.managed_rxe) == ("boot-1", {"rxe0"})
+    # A save holds the claims and removes the file (two fsyncs: file and directory).
+    assert store.save(State(boot_id="boot-1", managed_rxe={"rxe0"})) is None
+    assert len(synced) == 2 and sorted(p.name for p in d.iterdir()) == ["state.json"]
+    # A claim after it is added to what the state file says.
+    assert store.claim_rxe("boot-1", {"rxe0", "rxe1"}) is None
+    loaded, _ = store.load()
+    assert loaded is not None and loaded.managed_rxe == {"rxe0", "rxe1"}
+    # Claims of another boot (the state file's is boot-2) count for nothing.
+    assert store.save(State(boot_id="boot-2")) is None
+    assert store.claim_rxe("boot-1", {"rxe9"}) is None
+    loaded, _ = store.load()
+    assert loaded is not None and loaded.managed_rxe == set()
+    # A torn or foreign claims file is ignored, never an error.
+    (d / "rxe-claims.json").write_text("{not json")
+    loaded, problem = store.load()
+    assert problem is None and loaded is not None and loaded.boot_id == "boot-2"
 
 
 def test_state_save_failure_is_a_value_not_an_exception(tmp_path: object) -> None:

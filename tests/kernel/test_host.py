@@ -25,7 +25,7 @@ from rdmad.kernel import slowwrite
 from rdmad.kernel.dryrun import RecordingHost
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.host import KernelHost
-from rdmad.kernel.results import Outcome
+from rdmad.kernel.results import RECORDS_KEPT, Outcome
 from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
@@ -178,6 +178,20 @@ async def test_set_numvfs_kernel_errors_reach_the_user(tree: Path) -> None:
     assert gone.errors[0].errno == errno.ENOENT
     assert "no such file or device (ENOENT)" in str(gone.errors[0])
     assert len(host.records) == 2 and not any(r.ok for r in host.records)
+
+
+async def test_a_long_lived_host_keeps_only_the_last_writes(tree: Path) -> None:
+    # The daemon's host lives for months: its record of writes must not grow with them.
+    host = make_host(tree)
+    dry = RecordingHost(host.observe, Sysfs(tree))
+    for n in range(RECORDS_KEPT + 40):
+        action = SetNumVfs("o", f"write {n}", pci=IGB_PF, old=0, new=n % 8)
+        await host.apply(action)
+        await dry.apply(action)
+    for records in (host.records, dry.records):
+        assert len(records) == RECORDS_KEPT
+        assert records[-1].reason == f"write {RECORDS_KEPT + 39}"  # the newest kept
+        assert records[0].reason == "write 40"  # the oldest dropped
 
 
 async def test_set_numvfs_read_back_mismatch_is_an_error(tree: Path) -> None:
@@ -587,7 +601,7 @@ async def test_blocked_and_waiting_change_nothing(tree: Path) -> None:
         result = await host.apply(action)
         assert result.outcome is Outcome.NOT_APPLIED and result.ok
         assert action.reason in result.note
-    assert host.records == []
+    assert not host.records
 
 
 async def test_recording_host_changes_nothing(tree: Path) -> None:
@@ -603,7 +617,7 @@ async def test_recording_host_changes_nothing(tree: Path) -> None:
         (f"{IGB_PF} sriov_numvfs", 0, 7, True)
     ]
     assert (await dry.apply(Waiting("o", "later"))).outcome is Outcome.NOT_APPLIED
-    assert real.records == []
+    assert not real.records
 
 
 async def test_observe_uses_netlink_link_info_and_rdma(tree: Path) -> None:

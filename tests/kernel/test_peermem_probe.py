@@ -55,4 +55,4 @@ async def test_load_is_stale_when_a_required_module_went_away(tmp_path: Path) ->
     action = LoadModule("peermem", "test", module="nvidia-peermem", requires=("nvidia", "ib_core"))
     result = await host.apply(action)
     assert result.stale and "ib_core no longer loaded" in result.note
-    assert host.records == []  # nothing was run or recorded as a write
+    assert not host.records  # nothing was run or recorded as a write

@@ -335,6 +335,7 @@ class GuestAgent:
         interval = 0.02
         silent_since: float | None = None
         while True:
+            asked = time.monotonic()
             try:
                 status = self.call("guest-exec-status", {"pid": pid}, timeout=30.0)
             except GuestTimeout:
@@ -343,8 +344,10 @@ class GuestAgent:
                 # again until the command's own deadline or AGENT_SILENCE_LIMIT of silence,
                 # whichever comes first: a guest the emulator froze never answers again,
                 # and a long command's deadline (hours for a benchmark) is no bound then.
+                # Silence is counted from the first unanswered request, not from when
+                # its wait ended (30 s later).
                 now = time.monotonic()
-                silent_since = now if silent_since is None else silent_since
+                silent_since = asked if silent_since is None else silent_since
                 if now > deadline:
                     raise
                 if now - silent_since >= AGENT_SILENCE_LIMIT:
@@ -567,6 +570,12 @@ class Guest:
             self._check_running()
             now = time.monotonic()
             if now > deadline:
+                stall = self.kernel_stall()
+                if stall is not None:  # a boot the emulator starved: as frozen as a command
+                    raise GuestFrozen(
+                        f"{self.name}: no boot-done marker after {timeout:.0f} s and the "
+                        f"guest kernel reports a stall ({stall!r}): its vCPUs were starved"
+                    )
                 raise GuestTimeout(
                     f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
                     + self.serial_text(tail=3000)

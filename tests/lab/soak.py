@@ -67,6 +67,8 @@ TRACE_OUT = "/var/lib/rdmad/soak-trace.jsonl"
 TRACE_BASELINE = "/var/lib/rdmad/soak-trace-baseline"  # exists: growth is counted from here
 TRACE_SCRIPT = "/var/lib/rdmad/soak-trace.py"
 TRACE_DROPIN = "/run/systemd/system/rdmad.service.d/soak-trace.conf"
+# --env: variables added to rdmad's environment for one run (e.g. glibc malloc tunables).
+ENV_DROPIN = "/run/systemd/system/rdmad.service.d/soak-env.conf"
 # The end of both diagnosis scripts: rdmad itself, as the unit's ExecStart runs it.
 RUN_RDMAD = """from rdmad.cli import main
 sys.exit(main(["run", "--foreground"]))
@@ -303,6 +305,14 @@ def install_tracer(g: Guest, diagnosis: str) -> None:
     g.check(f"rm -f {TRACE_OUT} {TRACE_BASELINE}; systemctl daemon-reload")
 
 
+def install_env(g: Guest, env: dict[str, str]) -> None:
+    """Environment= lines for rdmad's unit, in a drop-in of their own."""
+    lines = "".join(f'Environment="{k}={v}"\n' for k, v in env.items())
+    g.check(f"mkdir -p {ENV_DROPIN.rsplit('/', 1)[0]}")
+    g.check(f"cat > {ENV_DROPIN}", stdin=f"[Service]\n{lines}".encode())
+    g.check("systemctl daemon-reload")
+
+
 def trace_records(g: Guest) -> list[dict[str, Any]]:
     out = g.run(f"cat {TRACE_OUT} 2>/dev/null").out
     return [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -314,6 +324,7 @@ def soak(
     diagnosis: str | None = None,
     settle_reloads: int = SETTLE_RELOADS,
     so_far: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The soak's result; so_far holds what was measured as it goes, for a run that
     ends early (a guest the emulator froze must not take the samples with it)."""
@@ -322,6 +333,8 @@ def soak(
     trace = diagnosis is not None  # either diagnosis writes the same records file
     if diagnosis is not None:
         install_tracer(g, diagnosis)
+    if env:
+        install_env(g, env)
     pf = g.igb_pf()
     g.check(f"ip link add {VETH} type veth peer name {VETH}p && ip link set {VETH} up")
     condition = restored_condition(pf)
@@ -464,11 +477,21 @@ def main() -> int:
         help=f"warm-up reloads after every buffer is full (default {SETTLE_RELOADS})",
     )
     ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="add to rdmad's environment (a unit drop-in), e.g. MALLOC_TRIM_THRESHOLD_=131072",
+    )
+    ap.add_argument(
         "--out", type=Path, default=RESULT, help=f"where the result goes (default {RESULT})"
     )
     args = ap.parse_args()
     if args.minutes <= 0:
         ap.error("--minutes must be positive")
+    env = dict(item.split("=", 1) for item in args.env if "=" in item)
+    if len(env) != len(args.env) or not all(k.isidentifier() for k in env):
+        ap.error("--env takes NAME=VALUE")
     pool = pool_or_exit("soak")
     so_far: dict[str, Any] = {}
     try:
@@ -478,6 +501,7 @@ def main() -> int:
             diagnosis="trace" if args.trace else "probe" if args.probe else None,
             settle_reloads=args.settle_reloads,
             so_far=so_far,
+            env=env,
         )
     except Exception as exc:
         # Keep what was measured; the run still fails.
@@ -487,6 +511,7 @@ def main() -> int:
         raise
     finally:
         pool.close()
+    result["env"] = env
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print_table(result)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}))

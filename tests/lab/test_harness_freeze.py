@@ -6,13 +6,22 @@ Only GuestFrozen makes conftest run a lab test once more; these run without QEMU
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import harness
 import pytest
-from harness import ExecResult, Guest, GuestAgent, GuestAgentSilent, GuestFrozen, LabImage
+from harness import (
+    ExecResult,
+    Guest,
+    GuestAgent,
+    GuestAgentSilent,
+    GuestFrozen,
+    GuestTimeout,
+    LabImage,
+)
 
 STALL = (
     "[  610.508869] rcu: rcu_preempt kthread starved for 5252 jiffies! g183633 f0x0 "
@@ -71,10 +80,12 @@ class StalledExecAgent(GuestAgent):
     """guest-exec starts the command; guest-exec-status answers only `answers` times
     out of the calls listed in `script` (True: an answer, False: silence)."""
 
-    def __init__(self, script: list[bool]) -> None:
+    def __init__(self, script: list[bool], silent_call: Callable[[], None] | None = None) -> None:
         super().__init__(Path("/nonexistent"))
         self.script = script
         self.status_calls = 0
+        # What a silent call costs: by default a short real wait.
+        self.silent_call = silent_call or (lambda: time.sleep(0.01))
 
     def call(
         self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0
@@ -84,7 +95,7 @@ class StalledExecAgent(GuestAgent):
         answers = self.script[min(self.status_calls, len(self.script) - 1)]
         self.status_calls += 1
         if not answers:
-            time.sleep(0.01)  # a silent agent's call takes its timeout
+            self.silent_call()  # a silent agent's call takes its timeout
             raise GuestAgentSilent("the guest agent did not answer in time")
         return {"exited": self.status_calls >= len(self.script), "exitcode": 0}
 
@@ -98,8 +109,39 @@ def test_a_long_command_gives_up_after_the_silence_limit(monkeypatch: pytest.Mon
     assert agent.status_calls >= 2  # it asked again before giving up
 
 
+def test_silence_counts_from_the_first_unanswered_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each unanswered status call takes its 30 s timeout on a fake clock: the limit is
+    # reached when the fifth one ends (5 x 30 s), not one call later.
+    clock = SimpleNamespace(now=0.0)
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    agent = StalledExecAgent([False], silent_call=lambda: sleep(30.0))
+    fake_time = SimpleNamespace(monotonic=lambda: clock.now, sleep=sleep, strftime=time.strftime)
+    monkeypatch.setattr(harness, "time", fake_time)
+    with pytest.raises(GuestAgentSilent, match=r"did not answer for 150 s"):
+        agent.exec(["/bin/sh", "-c", "sleep 3600"], timeout=7200)
+    assert agent.status_calls == 5
+
+
 def test_a_short_silence_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(harness, "AGENT_SILENCE_LIMIT", 60.0)
     agent = StalledExecAgent([False, True, False, True])
     assert agent.exec(["/bin/true"], timeout=7200).ok
     assert agent.status_calls == 4
+
+
+def test_a_boot_that_stalls_is_a_frozen_guest(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + STALL)  # no boot-done marker
+    with pytest.raises(GuestFrozen, match="no boot-done marker after 0 s"):
+        guest.wait_boot(0.0, started=time.monotonic())
+
+
+def test_a_boot_that_is_only_slow_is_not(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + "still starting\n")
+    with pytest.raises(GuestTimeout) as exc:
+        guest.wait_boot(0.0, started=time.monotonic())
+    assert not isinstance(exc.value, GuestFrozen)
