@@ -24,7 +24,7 @@ def require_tool(name: str, install_hint: str) -> str:
     path = shutil.which(name)
     if path is not None:
         return path
-    _missing(f"{name} not found: {install_hint}")
+    missing(f"{name} not found: {install_hint}")
 
 
 def require_module(name: str, install_hint: str) -> ModuleType:
@@ -32,10 +32,10 @@ def require_module(name: str, install_hint: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        _missing(f"cannot import {name} ({exc}): {install_hint}")
+        missing(f"cannot import {name} ({exc}): {install_hint}")
 
 
-def _missing(message: str) -> NoReturn:
+def missing(message: str) -> NoReturn:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
