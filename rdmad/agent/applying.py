@@ -67,11 +67,13 @@ MAX_REDONE = 3  # an action re-applied in a row because events said it was undon
 # rdmad loading back, between two of its commands, what the next one removes.
 MODULE_SETTLE = 1.0
 # An rxe link added again under a name whose RDMA device the kernel removed less than
-# this long ago waits out the rest (no extra pass, no failure). On 6.1 under emulation,
-# adds sent within a few ms of the device's `remove` uevent stalled the `rdma link
-# delete` that removed it for ~20 s in 4 of 30 cycles (bench_rxe's floor, and rdmad
-# with a 1 ms claim); adds 30-60 ms after it never did. A netdev that comes back is not
-# held: its link went away with the old netdev, well before.
+# this long ago waits out the rest (no extra pass, no failure). A precaution: on 6.1
+# under emulation, rdmad adding within a few ms of the device's `remove` uevent was
+# seen twice (2 of 6 cycles, one session) to leave the `rdma link delete` that removed
+# it stalled for ~20 s, while adds 30-60 ms after it never were; not reproduced in ~150
+# later cycles (bench/RESULTS.md). It costs the delete path nothing visible: an earlier
+# add is refused while the old device is torn down anyway. A netdev that comes back is
+# not held: its link went away with the old netdev, well before.
 RXE_READD_AFTER = 0.05
 
 

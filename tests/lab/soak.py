@@ -292,25 +292,27 @@ def sample(g: Guest, started: float) -> dict[str, Any]:
     }
 
 
+def write_dropin(g: Guest, path: str, service_lines: str) -> None:
+    """A [Service] drop-in for rdmad's unit, in force from its next start."""
+    g.check(f"mkdir -p {path.rsplit('/', 1)[0]}")
+    g.check(f"cat > {path}", stdin=f"[Service]\n{service_lines}".encode())
+    g.check("systemctl daemon-reload")
+
+
 def install_tracer(g: Guest, diagnosis: str) -> None:
     """rdmad's ExecStart replaced by the --trace or --probe script (a drop-in)."""
-    g.check(f"mkdir -p {TRACE_DROPIN.rsplit('/', 1)[0]} /var/lib/rdmad")
+    g.check("mkdir -p /var/lib/rdmad")
     script = TRACER if diagnosis == "trace" else PROBER
     g.check(f"cat > {TRACE_SCRIPT}", stdin=script.encode())
+    g.check(f"rm -f {TRACE_OUT} {TRACE_BASELINE}")
     flags = "-X tracemalloc=1 " if diagnosis == "trace" else ""
     exec_start = f"{rdmad_python()} -I {flags}{TRACE_SCRIPT}"
-    g.check(
-        f"cat > {TRACE_DROPIN}", stdin=f"[Service]\nExecStart=\nExecStart={exec_start}\n".encode()
-    )
-    g.check(f"rm -f {TRACE_OUT} {TRACE_BASELINE}; systemctl daemon-reload")
+    write_dropin(g, TRACE_DROPIN, f"ExecStart=\nExecStart={exec_start}\n")
 
 
 def install_env(g: Guest, env: dict[str, str]) -> None:
     """Environment= lines for rdmad's unit, in a drop-in of their own."""
-    lines = "".join(f'Environment="{k}={v}"\n' for k, v in env.items())
-    g.check(f"mkdir -p {ENV_DROPIN.rsplit('/', 1)[0]}")
-    g.check(f"cat > {ENV_DROPIN}", stdin=f"[Service]\n{lines}".encode())
-    g.check("systemctl daemon-reload")
+    write_dropin(g, ENV_DROPIN, "".join(f'Environment="{k}={v}"\n' for k, v in env.items()))
 
 
 def trace_records(g: Guest) -> list[dict[str, Any]]:
