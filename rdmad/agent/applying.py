@@ -70,11 +70,12 @@ MODULE_SETTLE = 1.0
 # this long ago waits out the rest (no extra pass, no failure). A precaution: on 6.1
 # under emulation, rdmad adding within a few ms of the device's `remove` uevent was
 # seen twice (2 of 6 cycles, one session) to leave the `rdma link delete` that removed
-# it stalled for ~20 s, while adds 30-60 ms after it never were; not reproduced in ~150
-# later cycles (bench/RESULTS.md). It costs the delete path nothing visible: an earlier
-# add is refused while the old device is torn down anyway. A netdev that comes back is
-# not held: its link went away with the old netdev, well before.
-RXE_READD_AFTER = 0.05
+# it stalled for ~20 s; not reproduced in ~150 later cycles, among them 80 of a loop
+# adding 0-40 ms after the uevent (bench/RESULTS.md). Short, because the delete path's
+# latency is the old device's teardown plus this: an add refused while the kernel
+# releases the name is sent again in place (kernel.host RXE_RELEASE_WAIT). A netdev
+# that comes back is not held: its link went away with the old netdev, well before.
+RXE_READD_AFTER = 0.01
 
 
 class Applier:

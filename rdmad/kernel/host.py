@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from rdmad.clock import Clock, SystemClock
+from rdmad.clock import Clock, SystemClock, sleep_until
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.guardhook import guard_command, write_hook
@@ -58,6 +58,17 @@ log = logging.getLogger("rdmad.kernel")
 
 BIND_DEADLINE = 10.0  # asynchronous probing drivers bind after drivers_probe returns
 _BIND_POLL = 0.02
+# An rxe device's name and its netdev's rxe slot stay taken after its `remove` uevent
+# until the driver's dealloc ends (6.1: `ib_dealloc_device` erases it from the device
+# table last); it has left the netlink dump and sysfs before that, and no event says
+# when it ends. So an add refused for that reason is sent again in place, after pauses
+# doubling from RXE_RETRY_FIRST to RXE_RETRY_MAX, each one RDMA netlink request: the link
+# is back a few ms after the name is free, not a whole re-planned pass later. Past
+# RXE_RELEASE_WAIT it is stale: planned again from a new observation.
+RXE_RETRY_FIRST = 0.002
+RXE_RETRY_MAX = 0.02
+RXE_RELEASE_WAIT = 1.0
+_RXE_TAKEN = frozenset({errno_mod.EEXIST, errno_mod.ENFILE})
 
 
 # --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
@@ -298,20 +309,49 @@ class KernelHost:
                 # override -> unbind -> probe, GUIDs -> rebind: each needs the one before.
                 skipped = ", ".join(c[0] for p in planned[i:] for c in p.changes)
                 return verdict(action, writes, f"not done after a failed write: {skipped}")
+            if isinstance(action, AddRxe):
+                added = await self._add_rxe(action, w)
+                if added is None:
+                    why = f"RDMA device {action.name} is still being removed by the kernel"
+                    log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+                    return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
+                writes.append(added)
+                continue
             writes += await self._execute(action, w)
-        if isinstance(action, AddRxe) and await self._rxe_name_in_release(action, writes):
-            why = f"RDMA device {action.name} is still being removed by the kernel"
-            log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
-            return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
         return verdict(action, writes)
 
-    async def _rxe_name_in_release(self, action: AddRxe, writes: list[WriteRecord]) -> bool:
+    async def _add_rxe(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
+        """The rxe add, sent again while the kernel still releases an old device of that
+        name (see RXE_RELEASE_WAIT); None: still refused so at the end (stale). Only the
+        last attempt is recorded: the refusals before it are the kernel's teardown."""
+        clock = self.clock
+        started = clock.monotonic()
+        pause = RXE_RETRY_FIRST
+        releasing = False  # the refusal was checked against a fresh list once
+        while True:
+            error: KernelError | None = None
+            try:
+                await self._run(action, w)
+            except KernelError as exc:
+                error = exc
+            if error is None or error.errno not in _RXE_TAKEN:
+                break
+            if not releasing and not await self._rxe_name_in_release(action):
+                break  # a link of that name, or on that netdev, is really there
+            releasing = True
+            if clock.monotonic() + pause - started > RXE_RELEASE_WAIT:
+                return None
+            await sleep_until(clock, clock.monotonic() + pause)
+            pause = min(pause * 2, RXE_RETRY_MAX)
+        if releasing:
+            waited = round((clock.monotonic() - started) * 1000, 1)
+            log.debug("%s: added after the old device's release (%s ms)", action.obj, waited)
+        return self._record(action, w.changes[0], error, clock.monotonic() - started)
+
+    async def _rxe_name_in_release(self, action: AddRxe) -> bool:
         """An rxe add refused as existing while no such link is listed: the kernel is
         still unregistering the old one (its events come before the name is free).
-        Not a failure to back off from: plan again in a moment."""
-        codes = {getattr(w.error, "errno", None) for w in writes if w.error is not None}
-        if not codes & {errno_mod.EEXIST, errno_mod.ENFILE}:
-            return False
+        Not a failure to back off from: send it again in a moment."""
         links = await self._fresh_rdma_links()
 
         def live(r: RdmaLinkObserved) -> bool:  # on a netdev that still exists

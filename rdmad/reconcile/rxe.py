@@ -97,6 +97,17 @@ def _plan_one_rxe(
     existing = observed.rdma_link(spec.name)
     actions: list[Action] = []
     if existing is not None:
+        if existing.driver is None:
+            # Listed by RDMA netlink, yet neither netlink nor sysfs can name its driver: a
+            # device met in the middle of its creation or teardown. Not "someone else's
+            # device" (a false alarm every `rdma link delete`); hands off until it settles.
+            return [
+                Waiting(
+                    obj,
+                    f"an RDMA device named {spec.name} exists but its driver cannot be "
+                    "read (being created or removed?)",
+                )
+            ]
         if not existing.is_rxe:
             return [
                 Blocked(

@@ -582,14 +582,71 @@ async def test_rxe_errors(tree: Path) -> None:
     assert "no RDMA netlink here" in str(fake_root.errors[0])
 
 
-async def test_rxe_refused_as_existing_while_none_is_listed_is_stale(tree: Path) -> None:
+class ReleasingRdma(FakeRdma):
+    """An add refused with ``errors`` in turn (the kernel still releasing the old
+    device), then done; every attempt counted."""
+
+    def __init__(self, *errors: KernelError) -> None:
+        super().__init__()
+        self.errors = list(errors)
+        self.attempts = 0
+
+    async def add_link(self, name: str, link_type: str, netdev: str) -> None:
+        self.attempts += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        await super().add_link(name, link_type, netdev)
+
+
+def _taken(code: int = errno.EEXIST) -> KernelError:
+    return KernelError("add rxe link rxe0", "netdev eth0", code)
+
+
+async def test_rxe_add_refused_while_the_old_device_is_released_is_sent_again(
+    tree: Path,
+) -> None:
     """The kernel sends an RDMA device's removal events before it frees the name: an add
-    answered EEXIST then is planned again in a moment, not failed and backed off."""
-    releasing = FakeRdma(fail=KernelError("add rxe link rxe0", "netdev eth0", errno.EEXIST))
-    result = await make_host(tree, rdma=releasing).apply(
-        AddRxe("o", "r", name="rxe0", netdev="eth0")
-    )
+    refused then (EEXIST, ENFILE, no such link listed) is sent again in place, and only
+    the attempt that worked is recorded."""
+    rdma = ReleasingRdma(_taken(), _taken(errno.ENFILE), _taken())
+    host = make_host(tree, rdma=rdma)
+    result = await host.apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
+    assert result.outcome is Outcome.APPLIED and rdma.made == {"rxe0": "eth0"}
+    assert rdma.attempts == 4
+    assert [(r.target, r.error) for r in result.writes] == [("rdma link rxe0", None)]
+    assert len(host.records) == 1
+
+
+async def test_rxe_add_still_refused_at_the_release_wait_is_stale(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused the whole wait: not a failure to back off from, but stale (planned again
+    from a new observation), with nothing recorded."""
+    monkeypatch.setattr(host_mod, "RXE_RELEASE_WAIT", 0.03)
+    rdma = ReleasingRdma(*[_taken()] * 1000)
+    host = make_host(tree, rdma=rdma)
+    result = await host.apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert result.stale and not result.writes and "still being removed" in result.note
+    assert 2 <= rdma.attempts < 20 and not host.records and not rdma.made
+
+
+async def test_rxe_add_refused_otherwise_during_the_release_fails_with_that_error(
+    tree: Path,
+) -> None:
+    """A refusal that is not the release (the netdev went meanwhile) ends the retries: it
+    fails as any add does, with the kernel's words."""
+    rdma = ReleasingRdma(_taken(), _taken(errno.ENODEV))
+    result = await make_host(tree, rdma=rdma).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
+    assert rdma.attempts == 2 and not result.ok
+    assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: no such device (ENODEV)"
+
+
+async def test_rxe_add_refused_by_a_real_link_is_not_sent_again(tree: Path) -> None:
+    rdma = ReleasingRdma(_taken())
+    rdma.made = {"rxe0": "eth1"}  # listed, on a netdev that exists: a real conflict
+    (tree / "sys/class/net/eth1").mkdir(parents=True, exist_ok=True)
+    result = await make_host(tree, rdma=rdma).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
+    assert rdma.attempts == 1 and not result.ok and "EEXIST" in str(result.errors[0])
 
 
 # --- not applied, dry run, observe -------------------------------------------------------------

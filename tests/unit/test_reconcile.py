@@ -362,6 +362,16 @@ def test_rxe_name_taken_by_non_rxe_device() -> None:
     assert isinstance(a, Blocked) and "not an rxe link" in a.reason
 
 
+def test_rxe_name_of_a_device_whose_driver_cannot_be_read_waits() -> None:
+    # Seen mid-teardown: listed, but driver and netdev already gone. Neither "not an rxe
+    # link" (blocked, a warning) nor ours to delete or re-create yet.
+    for netdev in (None, "eth0", "veth1"):
+        link = RdmaLinkObserved("rxe0", None, netdev)
+        state = PlanState(managed_rxe=frozenset({"rxe0"}))
+        [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), state)
+        assert isinstance(a, Waiting) and "driver cannot be read" in a.reason
+
+
 def test_foreign_rxe_on_other_netdev_not_deleted() -> None:
     link = RdmaLinkObserved("rxe0", "rxe", "veth1")
     [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState())

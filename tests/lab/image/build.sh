@@ -63,20 +63,10 @@ cache_key() {
     } | sha256sum | cut -c1-16
 }
 
-# The Debian mirror the host already uses (deb822 or one-line format), read
-# from its apt sources: the project never names a mirror itself.
+# The Debian mirror the host already uses, from its apt sources (one script for this
+# image and the container image): the project never names a mirror itself.
 host_mirror() {
-    local uri
-    uri=$(awk -v s="$SUITE" '
-        /^URIs:/ { u = $2 }
-        /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) found = u }
-        /^$/ { u = "" }
-        END { print found }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-    if [[ -z $uri && -f /etc/apt/sources.list ]]; then
-        uri=$(awk -v s="$SUITE" '$1 == "deb" && $3 == s { print $2; exit }' /etc/apt/sources.list)
-    fi
-    [[ -n $uri ]] || die "no '$SUITE' source in the host's apt sources"
-    echo "$uri"
+    bash "$REPO/scripts/debian-mirror.sh" "$SUITE" || die "no '$SUITE' source in the host's apt sources"
 }
 
 # Unmount everything below $1 (deepest first); used for cleanup and for
