@@ -117,6 +117,7 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
             stale=renamed or e.kind in ("del", "resync"),
             touches=_names(e.name, e.old_name, e.ifindex),
             narrow=e.kind != "resync",
+            link=None if e.kind == "resync" else (e.ifindex, e.message),
         )
 
 

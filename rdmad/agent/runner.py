@@ -129,13 +129,14 @@ class PassRunner:
         """Everything, or after link events only what they can have changed (then True).
 
         The narrow read is the event path's: an rxe link whose netdev just appeared
-        is added after one netlink dump, not a walk of sysfs and /proc. Any pass that
-        changed the kernel is followed by a full one, which verifies it.
+        is added from the link event's own news (at most one netlink dump), not a walk of
+        sysfs and /proc. Any pass that changed the kernel is followed by a full one,
+        which verifies it.
         """
         host = self.host
         narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
         if narrow and isinstance(host, NarrowObserver):
-            observed = await host.observe_changed(batch.rdma)
+            observed = await host.observe_changed(batch.rdma, batch.link_news())
             if observed is not None:
                 self.narrow_passes += 1
                 return observed, True

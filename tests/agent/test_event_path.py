@@ -4,7 +4,7 @@ get their settings without waiting out the settle window."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from rdmad.agent import Agent
@@ -33,9 +33,13 @@ class NarrowHost(FakeHost):
     narrow: int = 0
     refuse_narrow: bool = False
     asked: list[bool] = field(default_factory=list)  # rdma asked for, per narrow read
+    news: list[dict[int, bytes | None] | None] = field(default_factory=list)  # link news, per read
 
-    async def observe_changed(self, rdma: bool) -> Observed | None:
+    async def observe_changed(
+        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
         self.asked.append(rdma)
+        self.news.append(None if links is None else dict(links))
         if self.refuse_narrow:
             return None  # e.g. a PCI function's netdev changed: the agent reads everything
         self.narrow += 1
@@ -56,6 +60,29 @@ async def test_link_event_alone_is_answered_by_a_narrow_observation(rig: RigFact
     await r.idle()
     # The pass that changed the kernel is verified by a full observation.
     assert host.observes >= full + 2 and host.narrow == 1
+    await r.stop()
+
+
+async def test_link_news_reach_the_host_and_an_event_without_news_asks_for_a_read(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    # Two news of link 9 and one of link 3 in one batch: the latest of each, in order.
+    r.agent.queue.put(Trigger("netlink", "add eth9", narrow=True, link=(9, b"first")))
+    r.agent.queue.put(Trigger("netlink", "del eth3", narrow=True, link=(3, None)))
+    r.agent.queue.put(Trigger("netlink", "change eth9", narrow=True, link=(9, b"latest")))
+    r.agent.queue.put(Trigger("uevent", "remove rxe1", narrow=True, rdma=True))  # no netdev
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.news[0] == {3: None, 9: b"latest"} and host.asked[0] is True
+    await r.idle()
+    # A udev net event changes netdevs but brings no news of them: read them again.
+    r.agent.queue.put(Trigger("netlink", "change eth9", narrow=True, link=(9, b"x")))
+    r.agent.queue.put(Trigger("udev", "change eth9", narrow=True))
+    await until(lambda: len(host.news) == 2, "a second narrow read")
+    assert host.news[1] is None
     await r.stop()
 
 
