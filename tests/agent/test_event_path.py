@@ -434,3 +434,35 @@ def test_the_queue_remembers_rdma_removals_by_name_and_bounded() -> None:
         q.put(_rdma_removed(f"rxe{i}"))
     assert len(q.rdma_removed_at) == MAX_STALE_NAMES
     assert "rxe0" not in q.rdma_removed_at and f"rxe{MAX_STALE_NAMES + 4}" in q.rdma_removed_at
+
+
+async def test_news_that_arrive_during_a_narrow_pass_are_answered_at_once(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    queue = r.agent.queue
+    during = [
+        Trigger("netlink", "add eth9", narrow=True, link=(9, b"eth9")),  # news: no wait
+        Trigger("udev", "add net eth9", narrow=True),  # no news: SOON after the pass
+    ]
+    original = host.observe_changed
+
+    async def observe_changed(
+        rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
+        if during:
+            queue.put(during.pop(0))  # announced while this pass runs
+        return await original(rdma, links)
+
+    host.observe_changed = observe_changed  # type: ignore[method-assign]
+    queue.put(Trigger("netlink", "add eth8", narrow=True, link=(8, b"eth8")))
+    await until(lambda: len(host.news) == 2, "the pass for the news that came during one")
+    assert host.news == [{8: b"eth8"}, {9: b"eth9"}]
+    await spin()
+    assert len(host.news) == 2, "a narrow trigger without news waits for SOON"
+    r.clock.advance(0.011)
+    await until(lambda: len(host.news) == 3, "the pass SOON later")
+    assert host.news[2] is None
+    await r.stop()
