@@ -119,7 +119,11 @@ class Batch:
             # An RDMA device event changes no netdev; any other narrow one may have.
             self.links_unknown |= t.narrow and not t.rdma
             return
-        index, message = t.link
+        self._add_link(*t.link)
+
+    def _add_link(self, index: int, message: bytes | None) -> None:
+        if self.links_unknown:
+            return  # the netdevs are read again anyway
         if index in self.links or len(self.links) < MAX_LINK_NEWS:
             self.links.pop(index, None)  # the latest last
             self.links[index] = message
@@ -127,10 +131,41 @@ class Batch:
             self.links_unknown = True
             self.links.clear()
 
+    @property
+    def news_only(self) -> bool:
+        """Made of link news alone: answered without reading anything from the kernel."""
+        return self.narrow and not self.rdma and not self.links_unknown and bool(self.links)
+
     def link_news(self) -> dict[int, bytes | None] | None:
         """What the batch's link events said, per ifindex (None: deleted); None when the
         netdevs must be read again instead (see ``links_unknown``)."""
         return None if self.links_unknown else self.links
+
+    def absorb(self, other: Batch) -> None:
+        """Take in a batch taken after this one (its triggers are answered with these)."""
+        self.count += other.count
+        self.first_at = min(self.first_at, other.first_at)
+        self.last_at = max(self.last_at, other.last_at)
+        self.sources.update(other.sources)
+        self.details.extend(other.details[: max(0, MAX_DETAILS - len(self.details))])
+        self.reload |= other.reload
+        self.stale |= other.stale
+        self.stale_all |= other.stale_all
+        self.stale_names |= other.stale_names
+        self.touched |= other.touched
+        self.driver |= other.driver
+        self.plan_only &= other.plan_only
+        self.narrow &= other.narrow
+        self.rdma |= other.rdma
+        self.urgent |= other.urgent
+        self.soon |= other.soon
+        self.through = max(self.through, other.through)
+        self._bound_names()
+        if other.links_unknown:
+            self.links_unknown = True
+            self.links.clear()
+        for index, message in other.links.items():
+            self._add_link(index, message)
 
     def _bound_names(self) -> None:
         if len(self.stale_names) > MAX_STALE_NAMES:

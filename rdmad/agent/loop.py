@@ -202,8 +202,7 @@ class Agent:
                 # shortly, a few times in a row at most, so a stream stays coalesced.
                 # Link news need no read at all: at once (a veth pair's second netdev is
                 # announced while the pass for the first one runs).
-                news = pending.narrow and pending.link_news() is not None
-                due = min(due, pass_end + (0.0 if news else SOON))
+                due = min(due, pass_end + (0.0 if pending.news_only else SOON))
             if due <= self.clock.monotonic():
                 self._soon_streak = self._soon_streak + 1 if soon else 0
                 return

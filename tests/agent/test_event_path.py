@@ -12,10 +12,12 @@ from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE, RXE_READD_AFTER
 from rdmad.model import (
     Action,
     AddRxe,
+    Desired,
     LoadModule,
     ModulesObserved,
     ObjectState,
     Observed,
+    PlanState,
     SetNumVfs,
     SetVfSettings,
 )
@@ -436,7 +438,35 @@ def test_the_queue_remembers_rdma_removals_by_name_and_bounded() -> None:
     assert "rxe0" not in q.rdma_removed_at and f"rxe{MAX_STALE_NAMES + 4}" in q.rdma_removed_at
 
 
-async def test_news_that_arrive_during_a_narrow_pass_are_answered_at_once(
+async def test_news_that_come_while_a_narrow_pass_observes_are_taken_into_it(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    queue, passes = r.agent.queue, len(r.agent.passes)
+    # A veth pair: the peer's news starts the pass, eth9's comes while it observes.
+    later = [Trigger("netlink", "add eth9", narrow=True, link=(9, b"eth9"))]
+    original = host.observe_changed
+
+    async def observe_changed(
+        rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
+        if later:
+            host.netdevs.append("eth9")
+            queue.put(later.pop())
+        return await original(rdma, links)
+
+    host.observe_changed = observe_changed  # type: ignore[method-assign]
+    number = queue.put(Trigger("netlink", "add eth8", narrow=True, link=(8, b"eth8")))
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.news == [{8: b"eth8"}, {9: b"eth9"}]  # one pass, two reads of news
+    assert len(r.agent.passes) == passes + 1 and r.agent.passes[-1].triggers == 2
+    assert r.agent.status.current.answered >= number + 1
+    await r.stop()
+
+
+async def test_news_after_a_narrow_pass_observed_are_answered_right_after_it(
     rig: RigFactory,
 ) -> None:
     host = NarrowHost(netdevs=["eth0"])
@@ -444,22 +474,20 @@ async def test_news_that_arrive_during_a_narrow_pass_are_answered_at_once(
     await r.idle()
     queue = r.agent.queue
     during = [
-        Trigger("netlink", "add eth9", narrow=True, link=(9, b"eth9")),  # news: no wait
-        Trigger("udev", "add net eth9", narrow=True),  # no news: SOON after the pass
+        Trigger("netlink", "add eth5", narrow=True, link=(5, b"eth5")),  # news: no wait
+        Trigger("udev", "add net eth5", narrow=True),  # no news: SOON after the pass
     ]
-    original = host.observe_changed
+    planner = r.agent.planner
 
-    async def observe_changed(
-        rdma: bool, links: Mapping[int, bytes | None] | None = None
-    ) -> Observed | None:
+    def plan(d: Desired, o: Observed, s: PlanState) -> list[Action]:
         if during:
-            queue.put(during.pop(0))  # announced while this pass runs
-        return await original(rdma, links)
+            queue.put(during.pop(0))  # announced after the pass observed
+        return planner(d, o, s)
 
-    host.observe_changed = observe_changed  # type: ignore[method-assign]
-    queue.put(Trigger("netlink", "add eth8", narrow=True, link=(8, b"eth8")))
+    r.agent.planner = plan
+    queue.put(Trigger("netlink", "add eth4", narrow=True, link=(4, b"eth4")))
     await until(lambda: len(host.news) == 2, "the pass for the news that came during one")
-    assert host.news == [{8: b"eth8"}, {9: b"eth9"}]
+    assert host.news == [{4: b"eth4"}, {5: b"eth5"}]
     await spin()
     assert len(host.news) == 2, "a narrow trigger without news waits for SOON"
     r.clock.advance(0.011)

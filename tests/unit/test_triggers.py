@@ -65,3 +65,36 @@ def test_a_netdev_event_without_news_or_too_many_links_asks_for_a_read() -> None
         q.put(Trigger("netlink", f"add {i}", narrow=True, link=(i, b"x")))
     b = q.take()
     assert b is not None and b.link_news() is None and not b.links  # bounded: nothing kept
+
+
+def test_a_batch_absorbs_a_later_one() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1"), touches=frozenset({"a"})))
+    first = q.take()
+    q.put(Trigger("netlink", "change a", narrow=True, link=(7, b"a2")))
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True, stale=True,
+                  touches=frozenset({"rxe0"})))  # fmt: skip
+    q.put(Trigger("netlink", "add b", narrow=True, link=(8, b"b1")))
+    later = q.take()
+    assert first is not None and later is not None
+    first.absorb(later)
+    assert first.count == 4 and first.through == 4 and first.rdma and first.narrow
+    assert first.link_news() == {7: b"a2", 8: b"b1"}
+    assert first.makes_stale(frozenset({"rxe0"})) and not first.makes_stale(frozenset({"a"}))
+    assert first.describe() == "netlink x3, uevent"
+    q.put(Trigger("udev", "add net c", narrow=True))
+    unknown = q.take()
+    assert unknown is not None
+    first.absorb(unknown)
+    assert first.link_news() is None
+
+
+def test_news_only_means_nothing_to_read() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1")))
+    assert q.pending is not None and q.pending.news_only
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))
+    assert not q.pending.news_only  # RDMA devices are read
+    q.take()
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))
+    assert q.pending is not None and not q.pending.news_only  # no news at all
