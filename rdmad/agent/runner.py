@@ -50,7 +50,7 @@ class PassRunner:
         self.observing_since: float | None = None
         self._followups = 0
         self.narrow_passes = 0  # passes that read only what link events changed
-        # Checked once: a runtime protocol check costs more than a narrow pass's plan.
+        # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
         self._narrow_host = host if isinstance(host, NarrowObserver) else None
 
     async def run(self, batch: Batch) -> float:
