@@ -12,20 +12,15 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from rdmad import config, logs, state
+from rdmad import config, logs, services, state
 from rdmad.agent import Agent, AgentOptions, Host
-from rdmad.api.metrics import Metrics
 from rdmad.clock import SystemClock
-from rdmad.model import ApiSpec, DaemonSpec, MetricsSpec
+from rdmad.model import DaemonSpec
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
-
-if TYPE_CHECKING:
-    from rdmad.api import ApiServer
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -122,6 +117,7 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
             stale=renamed or e.kind in ("del", "resync"),
             touches=_names(e.name, e.old_name, e.ifindex),
             narrow=e.kind != "resync",
+            link=None if e.kind == "resync" else (e.ifindex, e.message),
         )
 
 
@@ -211,80 +207,10 @@ def _load_config(location: Path) -> config.LoadedConfig:
         ) from exc
 
 
-def _metrics_spec(location: Path) -> MetricsSpec:
-    """[metrics] from whatever part of the config is readable; never raises (an
-    invalid config must not stop the daemon, nor its metrics)."""
-    try:
-        return config.metrics_settings(location)
-    except Exception:
-        return MetricsSpec()
-
-
-class _Closeable(Protocol):
-    async def close(self) -> None: ...
-
-
-async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeable]:
-    """The textfile writer and TCP listener the config asks for. One that cannot start
-    is logged and left out: the daemon's job is the node, not its metrics."""
-    started: list[_Closeable] = []
-    if spec.textfile_dir:
-        from rdmad.api.textfile import TextfileWriter
-
-        writer = TextfileWriter(metrics, spec.textfile_dir, spec.textfile_interval)
-        writer.start()
-        started.append(writer)
-        log.info("metrics.textfile", path=str(writer.path), interval=spec.textfile_interval)
-    if spec.listen:
-        from rdmad.api.metrics_http import start_tcp_listener
-
-        try:
-            listener = await start_tcp_listener(metrics, spec.listen)
-        except (OSError, ValueError) as exc:
-            log.error("metrics.listen-failed", listen=spec.listen, error=str(exc))
-        else:
-            started.append(listener)
-            log.info("metrics.listen", listen=spec.listen, addresses=listener.addresses)
-    return started
-
-
-def _api_spec(location: Path) -> ApiSpec:
-    """The ``[api]`` settings, from whatever part of the config is readable (never raises)."""
-    try:
-        return config.api_settings(location)
-    except Exception:
-        return ApiSpec()
-
-
-async def _start_api(
-    opts: RunOptions, agent: Agent, queue: TriggerQueue, metrics: Metrics
-) -> ApiServer | None:
-    """The local API, or None: a failure to start it is logged and the daemon runs on
-    without it (keeping the node reconciled matters more than answering questions)."""
-    spec = _api_spec(opts.config)
-    if not spec.enabled:
-        log.info("api.disabled", why="[api] enabled = false")
-        return None
-    from rdmad.api import ApiServer
-
-    server = ApiServer(agent.status, queue, opts.config, spec, metrics=metrics)
-    try:
-        await server.start()
-    except Exception as exc:
-        log.error(
-            "api.failed",
-            socket=spec.socket,
-            error=str(exc),
-            consequence="running without the local API: rdmad-ctl cannot reach this daemon",
-        )
-        return None
-    return server
-
-
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
-    notifier = SdNotifier()
+    gate = services.ReadyGate(SdNotifier())
     clock = SystemClock()
     queue = TriggerQueue(clock)
     sources, closers = _event_sources()  # before the first observation
@@ -295,13 +221,12 @@ async def serve(opts: RunOptions) -> int:
         clock=clock,
         queue=queue,
         state_store=StateStore(state.resolve_dir(spec.state_dir)),
-        notifier=notifier,
+        notifier=gate,
         sources=sources,
         boot_id=read_boot_id(),
         options=AgentOptions(dry_run=opts.dry_run, watchdog_interval=watchdog_interval()),
     )
-    metrics = Metrics(agent.status, queue)
-    exporters = await _start_exporters(metrics, _metrics_spec(opts.config))
+    early = services.EarlyChanges(agent.status)  # metrics count the first pass too
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, agent.stop)
     loop.add_signal_handler(signal.SIGINT, agent.stop)
@@ -313,25 +238,33 @@ async def serve(opts: RunOptions) -> int:
         dry_run=opts.dry_run,
         watchdog=agent.options.watchdog_interval,
     )
-    # Before run(): the socket exists by the time the agent sends READY=1.
-    api = await _start_api(opts, agent, queue, metrics)
+    # The API and metrics import and start beside the first pass (rdmad.services);
+    # READY=1 waits at the gate until the API socket exists.
+    starting = loop.create_task(
+        services.start_services(opts.config, agent.status, queue, early, gate)
+    )
     try:
         await agent.run()
     finally:
-        if api is not None:
-            await api.close()
-        metrics.close()  # rdmad_up 0 in the textfile's last write
-        for exporter in exporters:
-            try:
-                await exporter.close()
-            except Exception:
-                log.exception("metrics.close-failed", exporter=repr(exporter))
+        started = await _stop_starting(starting)
+        await started.close()
         for thing in (*closers, kernel):
             close = getattr(thing, "close", None)
             if close is not None:
                 close()
     log.info("daemon.exit", status=agent.status.current.summary())
     return EXIT_OK
+
+
+async def _stop_starting(starting: asyncio.Task[services.Services]) -> services.Services:
+    """The services that started; if they are still starting (a stop during start-up),
+    what has started so far is not reachable: cancel, and close nothing of it."""
+    if not starting.done():
+        starting.cancel()
+    try:
+        return await starting
+    except asyncio.CancelledError:
+        return services.Services()
 
 
 def run(opts: RunOptions) -> int:

@@ -16,6 +16,7 @@ from rdmad.clock import Clock
 
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
+MAX_LINK_NEWS = 256  # links whose news a batch keeps; past this, netdevs are read again
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,9 @@ class Trigger:
     dropped as stale; narrow batches count as soon too, being cheap to answer).
     ``removed`` with ``rdma``: an RDMA device's `remove` uevent (an rxe link of that
     name is not added again right away: ``TriggerQueue.rdma_removed_at``).
+    ``link``: the news a link event brings, (ifindex, its RTM_NEWLINK payload, or None
+    when the link was deleted): a narrow pass made only of link news and RDMA device
+    events knows the netdevs without reading them again (``Batch.link_news``).
     """
 
     source: str
@@ -55,6 +59,7 @@ class Trigger:
     urgent: bool = False
     soon: bool = False
     removed: bool = False  # the kernel removed the device(s) named in touches
+    link: tuple[int, bytes | None] | None = None
 
 
 @dataclass(slots=True)
@@ -78,6 +83,11 @@ class Batch:
     urgent: bool = False  # some trigger was urgent
     soon: bool = False  # some trigger was soon
     through: int = 0  # TriggerQueue.total when taken: the pass answers triggers 1..through
+    # The latest news per ifindex (Trigger.link), in arrival order; ``links_unknown``: a
+    # trigger may have changed netdevs without news of them (a udev net event), or too
+    # many links changed: the netdevs must be read again.
+    links: dict[int, bytes | None] = field(default_factory=dict)
+    links_unknown: bool = False
 
     def add(self, t: Trigger) -> None:
         self.count += 1
@@ -102,6 +112,60 @@ class Batch:
         if len(self.touched) < MAX_STALE_NAMES:
             self.touched |= t.touches
         self._bound_names()
+        self._add_news(t)
+
+    def _add_news(self, t: Trigger) -> None:
+        if t.link is None:
+            # An RDMA device event changes no netdev; any other narrow one may have.
+            self.links_unknown |= t.narrow and not t.rdma
+            return
+        self._add_link(*t.link)
+
+    def _add_link(self, index: int, message: bytes | None) -> None:
+        if self.links_unknown:
+            return  # the netdevs are read again anyway
+        if index in self.links or len(self.links) < MAX_LINK_NEWS:
+            self.links.pop(index, None)  # the latest last
+            self.links[index] = message
+        else:
+            self.links_unknown = True
+            self.links.clear()
+
+    @property
+    def news_only(self) -> bool:
+        """Made of link news alone: answered without reading anything from the kernel."""
+        return self.narrow and not self.rdma and not self.links_unknown and bool(self.links)
+
+    def link_news(self) -> dict[int, bytes | None] | None:
+        """What the batch's link events said, per ifindex (None: deleted); None when the
+        netdevs must be read again instead (see ``links_unknown``)."""
+        return None if self.links_unknown else self.links
+
+    def absorb(self, other: Batch) -> None:
+        """Take in a batch taken after this one (its triggers are answered with these)."""
+        self.count += other.count
+        self.first_at = min(self.first_at, other.first_at)
+        self.last_at = max(self.last_at, other.last_at)
+        self.sources.update(other.sources)
+        self.details.extend(other.details[: max(0, MAX_DETAILS - len(self.details))])
+        self.reload |= other.reload
+        self.stale |= other.stale
+        self.stale_all |= other.stale_all
+        self.stale_names |= other.stale_names
+        self.touched |= other.touched
+        self.driver |= other.driver
+        self.plan_only &= other.plan_only
+        self.narrow &= other.narrow
+        self.rdma |= other.rdma
+        self.urgent |= other.urgent
+        self.soon |= other.soon
+        self.through = max(self.through, other.through)
+        self._bound_names()
+        if other.links_unknown:
+            self.links_unknown = True
+            self.links.clear()
+        for index, message in other.links.items():
+            self._add_link(index, message)
 
     def _bound_names(self) -> None:
         if len(self.stale_names) > MAX_STALE_NAMES:

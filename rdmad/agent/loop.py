@@ -40,7 +40,8 @@ from rdmad.triggers import Trigger, TriggerQueue
 
 log = structlog.get_logger("rdmad.agent")
 
-SOON = 0.01  # s after a pass, for a "soon" or narrow batch (instead of the settle window)
+SOON = 0.01  # s after a pass, for a "soon" or narrow batch (instead of the settle window);
+# a narrow batch of link news alone: at once
 MAX_SOON_STREAK = 3  # soon passes in a row; then the settle window again
 
 
@@ -199,7 +200,9 @@ class Agent:
             elif soon:
                 # Cheap to answer (narrow) or an action dropped as stale: look again
                 # shortly, a few times in a row at most, so a stream stays coalesced.
-                due = min(due, pass_end + SOON)
+                # Link news need no read at all: at once (a veth pair's second netdev is
+                # announced while the pass for the first one runs).
+                due = min(due, pass_end + (0.0 if pending.news_only else SOON))
             if due <= self.clock.monotonic():
                 self._soon_streak = self._soon_streak + 1 if soon else 0
                 return

@@ -6,7 +6,7 @@ The agent imports nothing from ``rdmad.kernel``; tests pass fakes that fit these
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from rdmad.config import LoadedConfig
@@ -49,9 +49,15 @@ class Host(Protocol):
 
 @runtime_checkable
 class NarrowObserver(Protocol):
-    """A host that can observe only what link events change (KernelHost)."""
+    """A host that can observe only what link events change (KernelHost).
 
-    async def observe_changed(self, rdma: bool) -> Observed | None: ...  # None: observe()
+    ``links``: the batch's link news (``Batch.link_news``: ifindex -> RTM_NEWLINK payload,
+    None for a deleted link), opaque here; None: read the netdevs again.
+    """
+
+    async def observe_changed(
+        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None: ...  # None: observe()
 
 
 class Notifier(Protocol):

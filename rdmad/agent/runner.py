@@ -6,6 +6,8 @@ with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1
 
 from __future__ import annotations
 
+import asyncio
+
 import structlog
 
 from rdmad.agent.applying import Applier
@@ -20,6 +22,11 @@ from rdmad.status import HistoryEntry
 from rdmad.triggers import Batch, Trigger
 
 log = structlog.get_logger("rdmad.agent")
+
+# A narrow pass takes in link news that came while it observed, this many times at most,
+# giving the event sources SOURCE_TURNS loop turns each time to read their sockets.
+MAX_NEWS_FOLDS = 3
+SOURCE_TURNS = 3
 
 
 class PassRunner:
@@ -43,6 +50,8 @@ class PassRunner:
         self.observing_since: float | None = None
         self._followups = 0
         self.narrow_passes = 0  # passes that read only what link events changed
+        # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
+        self._narrow_host = host if isinstance(host, NarrowObserver) else None
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
@@ -72,6 +81,8 @@ class PassRunner:
             return self._failed("observe", batch, cause, started, exc)
         finally:
             self.observing_since = None
+        if narrow:
+            cause = self._cause(batch)  # it may have absorbed news that came meanwhile
         observed_at = clock.monotonic()
         self._succeeded("observe")
         memory.forget_vanished_rxe(observed)
@@ -129,19 +140,50 @@ class PassRunner:
         """Everything, or after link events only what they can have changed (then True).
 
         The narrow read is the event path's: an rxe link whose netdev just appeared
-        is added after one netlink dump, not a walk of sysfs and /proc. Any pass that
-        changed the kernel is followed by a full one, which verifies it.
+        is added from the link event's own news (at most one netlink dump), not a walk of
+        sysfs and /proc. Any pass that changed the kernel is followed by a full one,
+        which verifies it.
         """
         host = self.host
         narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
-        if narrow and isinstance(host, NarrowObserver):
-            observed = await host.observe_changed(batch.rdma)
+        if narrow and self._narrow_host is not None:
+            observed = await self._narrow_host.observe_changed(batch.rdma, batch.link_news())
+            if observed is not None:
+                observed = await self._fold_news(batch, observed)
             if observed is not None:
                 self.narrow_passes += 1
                 return observed, True
         if not batch.plan_only:
             self.timers.arm_drift()  # a full observation: drift counts from here
         return await host.observe(), False
+
+    async def _fold_news(self, batch: Batch, observed: Observed) -> Observed | None:
+        """Link news that came while a narrow observation ran, taken into it.
+
+        A veth pair, or a netdev and its VLAN, are announced one after the other; a
+        pass started by the first would plan without the second, and its news could be
+        read only when the pass ends (the loop is busy until then). So the event sources
+        get a few loop turns, and news they put meanwhile is read into this pass (the
+        batch absorbs it: this pass answers those triggers). None: observe() instead.
+        """
+        assert self._narrow_host is not None
+        queue = self.shared.queue
+        if batch.plan_only or not batch.links:
+            return observed  # not started by link news: nothing is announced in pairs
+        for _ in range(MAX_NEWS_FOLDS):
+            for _turn in range(SOURCE_TURNS):
+                await asyncio.sleep(0)  # a reader callback, then the source's task
+            more = queue.pending
+            if more is None or not more.news_only:
+                return observed  # nothing, or something to read (e.g. RDMA devices): a pass
+            taken = queue.take()
+            assert taken is not None
+            batch.absorb(taken)
+            folded = await self._narrow_host.observe_changed(taken.rdma, taken.link_news())
+            if folded is None:
+                return None
+            observed = folded
+        return observed
 
     def reload_config(self, initial: bool) -> None:
         if self.memory.reload_config(initial):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -58,8 +58,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 class Metrics:
     """rdmad's metrics over a status view and the trigger queue.
 
-    Built before the agent runs; it subscribes to the store at once so no pass or
-    history entry is missed. ``close()`` unsubscribes.
+    It subscribes to the store at once; ``earlier`` is what the store published
+    before (``rdmad.services.EarlyChanges``), so no pass or history entry is missed.
+    ``close()`` unsubscribes.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class Metrics:
         *,
         version: str = __version__,
         started_at: float | None = None,
+        earlier: Iterable[Change] = (),
     ) -> None:
         self.status = status
         self.queue = queue
@@ -106,11 +108,17 @@ class Metrics:
             time.time() if started_at is None else started_at
         )
         self.last_success: float | None = None
+        # What the store published before this existed (the daemon imports the metrics
+        # library beside the first pass): counted as if heard then.
+        self._seen_passes = 0
+        for change in earlier:
+            self._on_change(change)
         # Passes that happened before we looked count, but have no duration to observe.
         now = status.current
-        self._seen_passes = now.passes
+        if now.passes > self._seen_passes:
+            self._passes.inc(now.passes - self._seen_passes)
+            self._seen_passes = now.passes
         if now.passes:
-            self._passes.inc(now.passes)
             self._note_success(now)
         r.register(_NowCollector(self))
         status.subscribe(self._on_change)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno as errno_mod
 import logging
+import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +39,7 @@ from rdmad.kernel.results import (
     verdict,
 )
 from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import LinkInfo
+from rdmad.kernel.rtnl_codec import LinkInfo, parse_link
 from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.kernel.vf_apply import VfChangeResult
@@ -64,9 +65,12 @@ _BIND_POLL = 0.02
 # when it ends. So an add refused for that reason is sent again in place, after pauses
 # doubling from RXE_RETRY_FIRST to RXE_RETRY_MAX, each one RDMA netlink request: the link
 # is back a few ms after the name is free, not a whole re-planned pass later. Past
-# RXE_RELEASE_WAIT it is stale: planned again from a new observation.
+# RXE_RELEASE_WAIT it is stale: planned again from a new observation. The pace stays at
+# 5 ms (at most ~200 small requests in the whole wait): the release ends at no
+# predictable time, and a 20 ms pace added up to 20 ms after it ended (the bench floor
+# sends every 1 ms).
 RXE_RETRY_FIRST = 0.002
-RXE_RETRY_MAX = 0.02
+RXE_RETRY_MAX = 0.005
 RXE_RELEASE_WAIT = 1.0
 _RXE_TAKEN = frozenset({errno_mod.EEXIST, errno_mod.ENFILE})
 
@@ -172,26 +176,35 @@ class KernelHost:
         self.last = snapshot
         return snapshot
 
-    async def observe_changed(self, rdma: bool) -> Observed | None:
-        """After link or RDMA device events only: every netdev read again in one dump
-        without VF lists and, with ``rdma`` (or when a netdev under an RDMA link went
-        or was renamed), the RDMA links; the rest of the last snapshot is kept
-        (``observe.observe_changed``). None: call ``observe()`` instead.
+    async def observe_changed(
+        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
+        """After link or RDMA device events only: the netdevs from the events' news
+        (``links``: ifindex -> RTM_NEWLINK payload, None for a deleted link) or, without
+        it, read again in one dump without VF lists; with ``rdma`` (or when a netdev
+        under an RDMA link went or was renamed), the RDMA links; the rest of the last
+        snapshot is kept (``observe.observe_changed``). None: call ``observe()`` instead.
 
         The event path's cost: an rxe link whose netdev just appeared is added after
-        one RTM_GETLINK dump, not a walk of sysfs and /proc. A dump rather than the
-        netdevs the events named: a veth pair's second netdev exists before its event.
+        reading the RTM_NEWLINK that announced it, not a dump, a walk of sysfs or /proc.
+        News is enough because every change of a link is announced, in order, on the
+        stream the news came from: a link's latest news is its state now, or at least as
+        new as the snapshot it is applied to (news older than that snapshot's dump is
+        followed in the same batch by whatever changed the link since).
         """
         last = self.last
         if last is None or self.rtnl is None or self.rdma is None:
             return None
         if read_pause(self.sysfs, self.clock.wall()) is not None:
             return None  # standing back: observe() knows how without RDMA netlink
-        try:
-            links = await self.rtnl.links(vfs=False)
-        except KernelError:
+        news = await self._link_news(links)
+        if news is None:
             return None
-        names = {link.ifindex: link.name for link in links}
+        changed, gone = news
+        names = {n.ifindex: n.name for n in last.netdevs} if gone is not None else {}
+        for i in gone or ():
+            names.pop(i, None)
+        names.update((link.ifindex, link.name) for link in changed)
         # A rename or removal under an RDMA link changes that link too (rxe goes with it).
         moved = any(
             r.netdev_ifindex is not None and names.get(r.netdev_ifindex) != r.netdev
@@ -203,10 +216,32 @@ class KernelHost:
             rdma_links, _ = await self._rdma_links(notes, paused=False)
             if rdma_links is None or notes:
                 return None  # RDMA netlink could not be read: observe() reads sysfs
-        snapshot = observe_changed(self.sysfs, last, links, rdma_links, now=self.clock.wall())
+        snapshot = observe_changed(
+            self.sysfs, last, changed, rdma_links, gone=gone, now=self.clock.wall()
+        )
         if snapshot is not None:
             self.last = snapshot
         return snapshot
+
+    async def _link_news(
+        self, links: Mapping[int, bytes | None] | None
+    ) -> tuple[list[LinkInfo], frozenset[int] | None] | None:
+        """(links changed, ifindexes gone) from the news; with no news, (every link from
+        one dump, None). None: neither could be read (observe() then)."""
+        if links is None:
+            assert self.rtnl is not None
+            try:
+                return await self.rtnl.links(vfs=False), None
+            except KernelError:
+                return None
+        changed: list[LinkInfo] = []
+        try:
+            for message in links.values():
+                if message is not None:
+                    changed.append(parse_link(message))
+        except (ValueError, IndexError, KeyError, struct.error):
+            return None  # a message this reader does not understand: dump-free no longer
+        return changed, frozenset(i for i, m in links.items() if m is None)
 
     async def _observe_once(self) -> tuple[Observed, bool]:
         links: dict[str, LinkInfo] | None = None

@@ -36,7 +36,9 @@ class LinkEvent:
     "add" is an RTM_NEWLINK with a full change mask (a new link, or one moved into this
     namespace); "change" is any other RTM_NEWLINK (flags, rename: compare ``name`` with
     ``old_name``); "del" is RTM_DELLINK (deleted, or moved to another namespace).
-    Track links by ``ifindex``: names change.
+    Track links by ``ifindex``: names change. ``message``: an RTM_NEWLINK's payload
+    (ifinfomsg + attributes, as a dump entry without VF lists; ``rtnl_codec.parse_link``
+    reads it), so a reader can know the link without asking the kernel again.
     """
 
     kind: Literal["add", "del", "change", "resync"]
@@ -44,6 +46,7 @@ class LinkEvent:
     name: str | None = None
     old_name: str | None = None  # the previous name, when this stream saw it change
     up: bool | None = None
+    message: bytes | None = None
 
 
 class LinkEventStream:
@@ -125,4 +128,4 @@ class LinkEventStream:
             self._names[index] = name
         kind: Literal["add", "change"] = "add" if info.change == CHANGE_ALL else "change"
         renamed = old if old is not None and old != name else None
-        return LinkEvent(kind, index, name, renamed, up)
+        return LinkEvent(kind, index, name, renamed, up, msg.data)

@@ -14,7 +14,7 @@ rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
@@ -116,11 +116,14 @@ def observe_changed(
     links: Sequence[LinkInfo],
     rdma: Sequence[RdmaLinkObserved] | None,
     *,
+    gone: Collection[int] | None = None,
     now: float | None = None,
 ) -> Observed | None:
     """A snapshot after link or RDMA device events, from ``last`` (the previous one).
 
-    ``links``: every netdev, read again over rtnetlink (one dump; VF lists not needed).
+    ``links``: every netdev, read again over rtnetlink (one dump; VF lists not needed);
+    or, with ``gone`` (the ifindexes of links deleted since ``last``), only the links
+    that changed since (the events' news), the others as ``last`` saw them.
     ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
     everything else is carried over: no sysfs walk of PCI functions, no /proc scan.
 
@@ -132,6 +135,8 @@ def observe_changed(
     """
     before = {n.ifindex: n for n in last.netdevs}
     after: dict[int, NetdevObserved] = {}
+    if gone is not None:  # news: start from what did not change
+        after = {i: n for i, n in before.items() if i not in gone}
     for link in links:
         old = before.get(link.ifindex)
         if old is not None and old.name == link.name:

@@ -4,7 +4,7 @@ get their settings without waiting out the settle window."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from rdmad.agent import Agent
@@ -12,10 +12,12 @@ from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE, RXE_READD_AFTER
 from rdmad.model import (
     Action,
     AddRxe,
+    Desired,
     LoadModule,
     ModulesObserved,
     ObjectState,
     Observed,
+    PlanState,
     SetNumVfs,
     SetVfSettings,
 )
@@ -33,9 +35,13 @@ class NarrowHost(FakeHost):
     narrow: int = 0
     refuse_narrow: bool = False
     asked: list[bool] = field(default_factory=list)  # rdma asked for, per narrow read
+    news: list[dict[int, bytes | None] | None] = field(default_factory=list)  # link news, per read
 
-    async def observe_changed(self, rdma: bool) -> Observed | None:
+    async def observe_changed(
+        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
         self.asked.append(rdma)
+        self.news.append(None if links is None else dict(links))
         if self.refuse_narrow:
             return None  # e.g. a PCI function's netdev changed: the agent reads everything
         self.narrow += 1
@@ -56,6 +62,29 @@ async def test_link_event_alone_is_answered_by_a_narrow_observation(rig: RigFact
     await r.idle()
     # The pass that changed the kernel is verified by a full observation.
     assert host.observes >= full + 2 and host.narrow == 1
+    await r.stop()
+
+
+async def test_link_news_reach_the_host_and_an_event_without_news_asks_for_a_read(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    # Two news of link 9 and one of link 3 in one batch: the latest of each, in order.
+    r.agent.queue.put(Trigger("netlink", "add eth9", narrow=True, link=(9, b"first")))
+    r.agent.queue.put(Trigger("netlink", "del eth3", narrow=True, link=(3, None)))
+    r.agent.queue.put(Trigger("netlink", "change eth9", narrow=True, link=(9, b"latest")))
+    r.agent.queue.put(Trigger("uevent", "remove rxe1", narrow=True, rdma=True))  # no netdev
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.news[0] == {3: None, 9: b"latest"} and host.asked[0] is True
+    await r.idle()
+    # A udev net event changes netdevs but brings no news of them: read them again.
+    r.agent.queue.put(Trigger("netlink", "change eth9", narrow=True, link=(9, b"x")))
+    r.agent.queue.put(Trigger("udev", "change eth9", narrow=True))
+    await until(lambda: len(host.news) == 2, "a second narrow read")
+    assert host.news[1] is None
     await r.stop()
 
 
@@ -407,3 +436,61 @@ def test_the_queue_remembers_rdma_removals_by_name_and_bounded() -> None:
         q.put(_rdma_removed(f"rxe{i}"))
     assert len(q.rdma_removed_at) == MAX_STALE_NAMES
     assert "rxe0" not in q.rdma_removed_at and f"rxe{MAX_STALE_NAMES + 4}" in q.rdma_removed_at
+
+
+async def test_news_that_come_while_a_narrow_pass_observes_are_taken_into_it(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    queue, passes = r.agent.queue, len(r.agent.passes)
+    # A veth pair: the peer's news starts the pass, eth9's comes while it observes.
+    later = [Trigger("netlink", "add eth9", narrow=True, link=(9, b"eth9"))]
+    original = host.observe_changed
+
+    async def observe_changed(
+        rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
+        if later:
+            host.netdevs.append("eth9")
+            queue.put(later.pop())
+        return await original(rdma, links)
+
+    host.observe_changed = observe_changed  # type: ignore[method-assign]
+    number = queue.put(Trigger("netlink", "add eth8", narrow=True, link=(8, b"eth8")))
+    await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
+    assert host.news == [{8: b"eth8"}, {9: b"eth9"}]  # one pass, two reads of news
+    assert len(r.agent.passes) == passes + 1 and r.agent.passes[-1].triggers == 2
+    assert r.agent.status.current.answered >= number + 1
+    await r.stop()
+
+
+async def test_news_after_a_narrow_pass_observed_are_answered_right_after_it(
+    rig: RigFactory,
+) -> None:
+    host = NarrowHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9")), host=host).start()
+    await r.idle()
+    queue = r.agent.queue
+    during = [
+        Trigger("netlink", "add eth5", narrow=True, link=(5, b"eth5")),  # news: no wait
+        Trigger("udev", "add net eth5", narrow=True),  # no news: SOON after the pass
+    ]
+    planner = r.agent.planner
+
+    def plan(d: Desired, o: Observed, s: PlanState) -> list[Action]:
+        if during:
+            queue.put(during.pop(0))  # announced after the pass observed
+        return planner(d, o, s)
+
+    r.agent.planner = plan
+    queue.put(Trigger("netlink", "add eth4", narrow=True, link=(4, b"eth4")))
+    await until(lambda: len(host.news) == 2, "the pass for the news that came during one")
+    assert host.news == [{4: b"eth4"}, {5: b"eth5"}]
+    await spin()
+    assert len(host.news) == 2, "a narrow trigger without news waits for SOON"
+    r.clock.advance(0.011)
+    await until(lambda: len(host.news) == 3, "the pass SOON later")
+    assert host.news[2] is None
+    await r.stop()

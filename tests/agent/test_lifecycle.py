@@ -269,11 +269,12 @@ def test_state_save_is_atomic_and_leaves_no_temp(tmp_path: object) -> None:
     assert loaded is not None and loaded.managed_rxe == {"b"}
 
 
-def test_an_rxe_claim_is_a_small_file_read_with_the_state_until_the_next_save(
+def test_an_rxe_claim_is_a_line_read_with_the_state_until_the_next_save(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim before a create replaces its own small file whole, without fsync; reading
-    the state adds the claims of the same boot; the next save holds them and removes it."""
+    """A claim before a create is one line appended to its own small file in one write,
+    without fsync; reading the state adds the last whole line's claims of the same boot;
+    the next save holds them and removes the file."""
     import os
     from pathlib import Path
 
@@ -283,11 +284,22 @@ def test_an_rxe_claim_is_a_small_file_read_with_the_state_until_the_next_save(
     d = Path(str(tmp_path)) / "s"
     store = StateStore(d)
     # Before any state file: the claim alone is the state.
+    writes: list[int] = []
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, b: (writes.append(fd), real_write(fd, b))[1])
     assert store.claim_rxe("boot-1", {"rxe0"}) is None
+    assert store.claim_rxe("boot-1", {"rxe0", "rxe5"}) is None
+    assert len(writes) == 2, "one write per claim"
+    monkeypatch.setattr(os, "write", real_write)
     assert synced == [] and sorted(p.name for p in d.iterdir()) == ["rxe-claims.json"]
+    assert len((d / "rxe-claims.json").read_bytes().splitlines()) == 2
     loaded, problem = store.load()
     assert problem is None and loaded is not None
-    assert (loaded.boot_id, loaded.managed_rxe) == ("boot-1", {"rxe0"})
+    assert (loaded.boot_id, loaded.managed_rxe) == ("boot-1", {"rxe0", "rxe5"})
+    with (d / "rxe-claims.json").open("ab") as fh:
+        fh.write(b'{"boot_id": "boot-1", "rx')  # torn (a power loss mid-write)
+    loaded, _ = store.load()
+    assert loaded is not None and loaded.managed_rxe == {"rxe0", "rxe5"}  # the line before
     # A save holds the claims and removes the file (two fsyncs: file and directory).
     assert store.save(State(boot_id="boot-1", managed_rxe={"rxe0"})) is None
     assert len(synced) == 2 and sorted(p.name for p in d.iterdir()) == ["state.json"]

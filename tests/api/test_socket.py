@@ -6,13 +6,12 @@ import grp
 import os
 import socket
 import stat
-import types
 from pathlib import Path
 
 import pytest
 import structlog
 
-from rdmad import daemon
+from rdmad import services
 from rdmad.api import unixsock
 from rdmad.api.metrics import Metrics
 from rdmad.api.unixsock import SocketError
@@ -108,12 +107,11 @@ async def test_daemon_runs_on_when_the_api_cannot_start(tmp_path: Path) -> None:
     blocker.write_text("")
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "rdmad.toml").write_text(f'[api]\nsocket = "{blocker}/rdmad.sock"\n')
-    agent = types.SimpleNamespace(status=StatusStore())
-    opts = daemon.RunOptions(config=tmp_path / "etc")
+    store = StatusStore()
     queue = TriggerQueue(FakeClock())
-    metrics = Metrics(agent.status, queue)
+    metrics = Metrics(store, queue)
     with structlog.testing.capture_logs() as logs:
-        server = await daemon._start_api(opts, agent, queue, metrics)  # type: ignore[arg-type]
+        server = await services._start_api(tmp_path / "etc", store, queue, metrics)
     assert server is None
     [failed] = [e for e in logs if e["event"] == "api.failed"]
     assert failed["log_level"] == "error" and str(blocker) in failed["error"]
@@ -123,9 +121,8 @@ async def test_disabled_api_makes_no_socket(tmp_path: Path, short_dir: Path) -> 
     (tmp_path / "rdmad.toml").write_text(
         f'[api]\nenabled = false\nsocket = "{short_dir}/rdmad.sock"\n'
     )
-    agent = types.SimpleNamespace(status=StatusStore())
-    opts = daemon.RunOptions(config=tmp_path)
+    store = StatusStore()
     queue = TriggerQueue(FakeClock())
-    metrics = Metrics(agent.status, queue)
-    server = await daemon._start_api(opts, agent, queue, metrics)  # type: ignore[arg-type]
+    metrics = Metrics(store, queue)
+    server = await services._start_api(tmp_path, store, queue, metrics)
     assert server is None and not (short_dir / "rdmad.sock").exists()

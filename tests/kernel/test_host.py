@@ -25,9 +25,18 @@ from rdmad.kernel import slowwrite
 from rdmad.kernel.dryrun import RecordingHost
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.host import KernelHost
+from rdmad.kernel.nlcodec import asciiz, attr, nested
 from rdmad.kernel.results import RECORDS_KEPT, Outcome
 from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import LinkInfo
+from rdmad.kernel.rtnl_codec import (
+    IFF_UP,
+    IFINFO,
+    IFLA_ADDRESS,
+    IFLA_IFNAME,
+    IFLA_INFO_KIND,
+    IFLA_LINKINFO,
+    LinkInfo,
+)
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.model import (
@@ -745,3 +754,55 @@ async def test_vf_settings_on_a_veth_get_the_kernels_refusal(tree: Path, netns_v
     for error in result.errors:
         assert error.errno is not None
         assert str(error).startswith("set vf 0 ") and " on rdh0: " in str(error)
+
+
+# --- the event path's narrow observation ----------------------------------------------------
+
+
+def newlink(name: str, ifindex: int, mac: str, kind: str, up: bool = False) -> bytes:
+    """An RTM_NEWLINK payload as the kernel announces a link (no VF lists)."""
+    return (
+        IFINFO.pack(0, 1, ifindex, IFF_UP if up else 0, 0)
+        + attr(IFLA_IFNAME, asciiz(name))
+        + attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
+        + nested(IFLA_LINKINFO, [attr(IFLA_INFO_KIND, asciiz(kind))])
+    )
+
+
+class CountingRtnl(FakeRtnl):
+    def __init__(self, links: list[LinkInfo]) -> None:
+        super().__init__(links)
+        self.dumps = 0
+
+    async def links(self, vfs: bool = True) -> list[LinkInfo]:
+        self.dumps += 1
+        return await super().links(vfs)
+
+
+async def test_narrow_observation_reads_link_news_instead_of_a_dump(tree: Path) -> None:
+    rtnl = CountingRtnl([pf_link({})])
+    rdma = FakeRdma()
+    host = make_host(tree, rtnl=rtnl, rdma=rdma)
+    full = await host.observe()
+    dumps = rtnl.dumps
+    news = {88: newlink("veth8", 88, "02:00:00:00:08:08", "veth", up=True)}
+    seen = await host.observe_changed(False, news)
+    assert rtnl.dumps == dumps, "news, not a dump"
+    assert seen is not None and seen.pfs is full.pfs
+    veth = seen.netdev("veth8")
+    assert veth is not None and veth.ifindex == 88 and veth.up and veth.pci is None
+    # The veth's rxe link appears; the veth is renamed: the RDMA links are read again.
+    rdma.made["rxe8"] = "veth8"
+    renamed = await host.observe_changed(
+        True, {88: newlink("veth9", 88, "02:00:00:00:08:08", "veth")}
+    )
+    assert renamed is not None and renamed.netdev("veth8") is None
+    assert renamed.netdev("veth9") is not None and renamed.rdma_link("rxe8") is not None
+    gone = await host.observe_changed(False, {88: None})
+    assert gone is not None and gone.netdevs == full.netdevs and rtnl.dumps == dumps
+    # Without news (a udev net event): one dump; news it cannot read: everything.
+    rtnl._links = [
+        LinkInfo(n.name, n.ifindex, n.mac, n.perm_mac, n.up, "up", None) for n in full.netdevs
+    ]
+    assert await host.observe_changed(False, None) is not None and rtnl.dumps == dumps + 1
+    assert await host.observe_changed(False, {88: b"\x00\x01"}) is None

@@ -14,13 +14,20 @@ import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
+from rdmad import daemon
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.linkevents import LinkEvent, LinkEventStream
+from rdmad.kernel.observe import observe_changed
 from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.model import VfChange, VfSettings
+from rdmad.kernel.rtnl_codec import parse_link
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.model import NetdevObserved, Observed, VfChange, VfSettings
+from rdmad.triggers import TriggerQueue
+from tests.support.fakeclock import FakeClock
 
 pytestmark = [
     pytest.mark.netns,
@@ -125,6 +132,67 @@ async def test_events_add_rename_delete_by_ifindex(netns: str) -> None:
     assert renames and renames[0].kind == "change" and renames[0].name == "rdrenamed"
     assert mine[-1].kind == "del" and mine[-1].name == "rdrenamed"
     assert not [e for e in events if e.kind == "resync"]
+
+
+async def test_link_news_bring_a_snapshot_to_what_a_dump_lists(netns: str, netns2: str) -> None:
+    # The event path's narrow pass applies a batch's link news (the daemon's own triggers
+    # from this stream) to the last snapshot instead of dumping the links: after adds,
+    # renames, address and state changes, deletions and a move away, the two must agree.
+    ip("-n", netns, "link", "add", "rdold0", "type", "veth", "peer", "name", "rdold1")
+    ip("-n", netns, "link", "add", "rdgone", "type", "veth", "peer", "name", "rdgone1")
+    rt = RtNetlink(netns)
+    async with LinkEventStream(rt.netns) as stream:
+        before = await rt.links(vfs=False)
+        last = replace(
+            Observed(),
+            netdevs=tuple(NetdevObserved(k.name, k.ifindex, k.mac, k.perm_mac, None, k.up)
+                          for k in before),
+        )  # fmt: skip
+        commands = [
+            "link add rdv0 type veth peer name rdv1",
+            "link set rdv0 name rdrenamed",
+            "link set rdrenamed address 02:00:00:00:0a:0b",
+            "link set rdrenamed up",
+            "link set rdold0 up",
+            "link del rdgone",
+            "link add rdd0 type veth peer name rdd1",
+            "link set rdd0 netns " + netns2,
+            "link add rdend type veth peer name rdend1",  # the kernel announces rdend last
+        ]
+        subprocess.run(
+            ["ip", "-n", netns, "-batch", "-"], input="\n".join(commands) + "\n", text=True,
+            check=True,
+        )  # fmt: skip
+        end = ifindex(netns, "rdend")
+        queue = TriggerQueue(FakeClock())
+        triggers = daemon._link_triggers(stream)
+
+        async def take_all() -> None:
+            async for trigger in triggers:
+                queue.put(trigger)
+                if trigger.link is not None and trigger.link[0] == end:
+                    return
+
+        await asyncio.wait_for(take_all(), DEADLINE)
+        batch = queue.take()
+        assert batch is not None and batch.narrow
+        news = batch.link_news()
+        assert news is not None
+        dump = await rt.links(vfs=False)
+    changed = [parse_link(m) for m in news.values() if m is not None]
+    gone = {i for i, m in news.items() if m is None}
+    sysfs = Sysfs("/nonexistent")  # only virtual links here: nothing is read from sysfs
+    from_news = observe_changed(sysfs, last, changed, None, gone=gone)
+    from_dump = observe_changed(sysfs, last, dump, None)
+    assert from_news is not None and from_dump is not None
+    assert sorted(from_news.netdevs, key=lambda n: n.ifindex) == sorted(
+        from_dump.netdevs, key=lambda n: n.ifindex
+    )
+    names = {n.name for n in from_news.netdevs}
+    assert {"rdrenamed", "rdv1", "rdold0", "rdend"} <= names
+    assert not names & {"rdv0", "rdgone", "rdgone1", "rdd0"}
+    renamed = next(n for n in from_news.netdevs if n.name == "rdrenamed")
+    assert renamed.mac == "02:00:00:00:0a:0b" and renamed.up
 
 
 async def test_events_move_to_another_netns(netns: str, netns2: str) -> None:

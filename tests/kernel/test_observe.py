@@ -247,3 +247,26 @@ def test_narrow_observation_follows_virtual_netdevs_coming_and_going(tmp_path: P
     pci = next(n for n in full.netdevs if n.pci is not None)
     rest = [i for i in _links(full) if i.ifindex != pci.ifindex]
     assert observe_changed(sysfs, full, rest, None) is None
+
+
+def test_news_change_only_the_links_they_name(tmp_path: Path) -> None:
+    fs = mlx5_node(tmp_path)
+    full = observe(Sysfs(tmp_path))
+    sysfs = Sysfs(tmp_path)
+    fs.netdev("veth8", None, "02:00:00:00:08:08")
+    veth = LinkInfo("veth8", 88, "02:00:00:00:08:08", None, False, "down", "veth")
+    # The same as a dump listing every link, from the news of one.
+    added = observe_changed(sysfs, full, [veth], None, gone=())
+    assert added == observe_changed(sysfs, full, _links(full, veth), None)
+    assert added is not None and added.netdev("veth8") is not None
+    renamed = replace(veth, name="veth9", up=True)
+    moved = observe_changed(sysfs, added, [renamed], None, gone=())
+    assert moved is not None and moved.netdev("veth8") is None
+    assert moved.netdev("veth9") == NetdevObserved("veth9", 88, veth.mac, None, None, True)
+    deleted = observe_changed(sysfs, moved, [], None, gone={88})
+    assert deleted is not None and deleted.netdevs == full.netdevs
+    # A PCI function's netdev deleted or changed: everything must be read.
+    pci = next(n for n in full.netdevs if n.pci is not None)
+    assert observe_changed(sysfs, full, [], None, gone={pci.ifindex}) is None
+    flapped = LinkInfo(pci.name, pci.ifindex, pci.mac, pci.perm_mac, not pci.up, "up", None)
+    assert observe_changed(sysfs, full, [flapped], None, gone=()) is None

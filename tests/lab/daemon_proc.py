@@ -45,6 +45,13 @@ def rss_kib(g: Guest, pid: int) -> int:
     return int(line.split()[1])
 
 
+def rss_parts_kib(g: Guest, pid: int) -> dict[str, int]:
+    """RssAnon, RssFile and RssShmem of pid in KiB: a heap that grows shows in the first;
+    shared libraries and files paged in as code runs for the first time, in the second."""
+    out = g.check(f"grep -E '^Rss(Anon|File|Shmem):' /proc/{pid}/status")
+    return {line.split(":")[0]: int(line.split()[1]) for line in out.splitlines() if line}
+
+
 def thread_count(g: Guest, pid: int) -> int:
     """Threads of pid (the kernel's count: Python's and any a library started)."""
     line = g.check(f"grep '^Threads:' /proc/{pid}/status")

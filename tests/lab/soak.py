@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_proc import fd_count, main_pid, rss_kib, status_doc, thread_count
+from daemon_proc import fd_count, main_pid, rss_kib, rss_parts_kib, status_doc, thread_count
 from harness import Guest, install_mode, log, pool_or_exit, rdmad_python
 from service import history, start
 
@@ -280,16 +280,24 @@ def status_errors(doc: dict[str, Any]) -> list[str]:
 def sample(g: Guest, started: float) -> dict[str, Any]:
     pid = main_pid(g)
     doc = status_doc(g)
+    parts = rss_parts_kib(g, pid)
     return {
         "t_s": round(time.monotonic() - started),
         "pid": pid,
         "rss_kib": rss_kib(g, pid),
+        "rss_anon_kib": parts.get("RssAnon"),
+        "rss_file_kib": parts.get("RssFile"),
         "threads": thread_count(g, pid),
         "fds": fd_count(g, pid),
         "passes": doc["daemon"]["passes"],
         "flaps": int(g.run(f"cat {FLAPS}").out.strip() or 0),
         "history": history_len(g),
     }
+
+
+def _span(values: list[int | None]) -> dict[str, int] | None:
+    known = [v for v in values if v is not None]
+    return {"first": known[0], "last": known[-1], "max": max(known)} if known else None
 
 
 def write_dropin(g: Guest, path: str, service_lines: str) -> None:
@@ -412,6 +420,9 @@ def soak(
         "rss_kib": {"first": rss[0], "last": rss[-1], "max": max(rss)},
         # From the first sample with the history at its longest (its bound, in a long run).
         "rss_kib_history_full": {"first": full[0], "last": full[-1], "max": max(full)},
+        # Which part grows: the heap (anonymous) or files mapped and paged in.
+        "rss_anon_kib": _span([s["rss_anon_kib"] for s in samples]),
+        "rss_file_kib": _span([s["rss_file_kib"] for s in samples]),
         "history_entries": {"first": samples[0]["history"], "last": samples[-1]["history"]},
         "fds": {"first": fds[0], "last": fds[-1], "max": max(fds)},
         "threads": {"first": threads[0], "last": threads[-1], "max": max(threads)},
@@ -458,6 +469,10 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result['rss_kib']['max']}), fds {result['fds']['first']} -> {result['fds']['last']}, "
         f"errors: {result['errors'] or 'none'}"
     )
+    for part in ("rss_anon_kib", "rss_file_kib"):
+        if result.get(part):
+            p = result[part]
+            print(f"  {part}: {p['first']} -> {p['last']} (max {p['max']})")
 
 
 def main() -> int:

@@ -1,19 +1,46 @@
-"""rdmad speaks netlink itself: importing the daemon's kernel layer loads no pyroute2."""
+"""What the daemon's imports load: no pyroute2 in the kernel layer (rdmad speaks netlink
+itself); no aiohttp or prometheus_client before the first pass (rdmad.services imports
+them in a thread beside it)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
 
-def test_kernel_layer_imports_without_pyroute2() -> None:
+def _loaded(imports: str, packages: tuple[str, ...]) -> list[str]:
+    """The modules of ``packages`` a fresh interpreter holds after ``imports``."""
     code = (
         "import sys\n"
-        "import rdmad.kernel.host, rdmad.kernel.rdma\n"
-        "import rdmad.kernel.linkevents, rdmad.kernel.rtnetlink\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyroute2'))\n"
+        f"{imports}\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({packages!r})))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert out.stdout.strip() == "[]"
+    return list(ast.literal_eval(out.stdout.strip()))
+
+
+def test_kernel_layer_imports_without_pyroute2() -> None:
+    imports = (
+        "import rdmad.kernel.host, rdmad.kernel.rdma\n"
+        "import rdmad.kernel.linkevents, rdmad.kernel.rtnetlink"
+    )
+    assert _loaded(imports, ("pyroute2",)) == []
+
+
+def test_the_daemon_reaches_its_first_pass_without_the_web_and_metrics_libraries() -> None:
+    # Everything `rdmad run` imports before the agent's first pass: the CLI, the daemon
+    # wiring, the kernel host and the event sources it builds.
+    imports = (
+        "import rdmad.cli, rdmad.daemon, rdmad.services\n"
+        "import rdmad.kernel.host, rdmad.kernel.udev, rdmad.kernel.linkevents, rdmad.kernel.dryrun"
+    )
+    assert _loaded(imports, ("aiohttp", "prometheus_client", "rdmad.api")) == []
+    # ... and what the worker thread then imports is all of it.
+    after = _loaded(
+        imports + "\nimport rdmad.services as s; s.import_services()",
+        ("aiohttp", "prometheus_client", "rdmad.api"),
+    )
+    assert {"aiohttp", "prometheus_client", "rdmad.api", "rdmad.api.metrics"} <= set(after)

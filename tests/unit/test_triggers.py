@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rdmad.triggers import Trigger, TriggerQueue
+from rdmad.triggers import MAX_LINK_NEWS, Trigger, TriggerQueue
 from tests.support.fakeclock import FakeClock
 
 
@@ -25,3 +25,76 @@ def test_urgent_is_kept_by_the_batch() -> None:
     q.put(Trigger("followup", "verify", urgent=True))
     b = q.take()
     assert b is not None and b.urgent and not b.narrow
+
+
+def news(q: TriggerQueue) -> dict[int, bytes | None] | None:
+    b = q.take()
+    assert b is not None, "a batch was pending"
+    return b.link_news()
+
+
+def test_link_news_keep_the_latest_per_link_in_order() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1")))
+    q.put(Trigger("netlink", "add b", narrow=True, link=(8, b"b1")))
+    q.put(Trigger("netlink", "change a", narrow=True, link=(7, b"a2")))
+    q.put(Trigger("netlink", "del b", narrow=True, link=(8, None)))
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))  # changes no netdev
+    got = news(q)
+    assert got == {7: b"a2", 8: None} and list(got) == [7, 8]
+    assert q.take() is None  # taken: nothing pending
+    q.put(Trigger("drift", "timer"))  # not narrow: the pass reads everything anyway
+    assert news(q) == {}
+
+
+def test_a_netdev_event_without_news_or_too_many_links_asks_for_a_read() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1")))
+    q.put(Trigger("udev", "add net a", narrow=True))
+    assert news(q) is None
+    for i in range(MAX_LINK_NEWS):
+        q.put(Trigger("netlink", f"add {i}", narrow=True, link=(i, b"x")))
+    q.put(
+        Trigger(
+            "netlink", f"change {MAX_LINK_NEWS - 1}", narrow=True, link=(MAX_LINK_NEWS - 1, b"y")
+        )
+    )
+    b = q.take()
+    assert b is not None and b.link_news() is not None and len(b.links) == MAX_LINK_NEWS
+    for i in range(MAX_LINK_NEWS + 1):
+        q.put(Trigger("netlink", f"add {i}", narrow=True, link=(i, b"x")))
+    b = q.take()
+    assert b is not None and b.link_news() is None and not b.links  # bounded: nothing kept
+
+
+def test_a_batch_absorbs_a_later_one() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1"), touches=frozenset({"a"})))
+    first = q.take()
+    q.put(Trigger("netlink", "change a", narrow=True, link=(7, b"a2")))
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True, stale=True,
+                  touches=frozenset({"rxe0"})))  # fmt: skip
+    q.put(Trigger("netlink", "add b", narrow=True, link=(8, b"b1")))
+    later = q.take()
+    assert first is not None and later is not None
+    first.absorb(later)
+    assert first.count == 4 and first.through == 4 and first.rdma and first.narrow
+    assert first.link_news() == {7: b"a2", 8: b"b1"}
+    assert first.makes_stale(frozenset({"rxe0"})) and not first.makes_stale(frozenset({"a"}))
+    assert first.describe() == "netlink x3, uevent"
+    q.put(Trigger("udev", "add net c", narrow=True))
+    unknown = q.take()
+    assert unknown is not None
+    first.absorb(unknown)
+    assert first.link_news() is None
+
+
+def test_news_only_means_nothing_to_read() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(Trigger("netlink", "add a", narrow=True, link=(7, b"a1")))
+    assert q.pending is not None and q.pending.news_only
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))
+    assert not q.pending.news_only  # RDMA devices are read
+    q.take()
+    q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))
+    assert q.pending is not None and not q.pending.news_only  # no news at all

@@ -1,0 +1,236 @@
+"""The local API and the metrics exporters, started beside the first reconcile pass.
+
+Importing aiohttp and prometheus_client is most of the daemon's start-up cost (a
+quarter of a second on a normal host, seconds under emulation), and none of it is
+needed to put a node right. So the daemon starts the agent at once and imports these
+in a worker thread while the first pass waits on the kernel (sysfs, netlink, VFs
+appearing); they start on the loop when the import is done.
+
+Two promises survive the move:
+
+* ``READY=1`` still means "the node was reconciled *and* rdmad-ctl can reach the
+  daemon": ``ReadyGate`` holds the agent's READY=1 until the API socket exists (or
+  the API is disabled, failed, or did not come up in time).
+* Metrics count from the start: ``EarlyChanges`` listens to the status store from
+  before the first pass and hands what it heard to ``Metrics`` when it exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from rdmad import config
+from rdmad.model import ApiSpec, MetricsSpec
+from rdmad.status import Change, StatusView
+from rdmad.triggers import TriggerQueue
+
+if TYPE_CHECKING:
+    from rdmad.api import ApiServer
+    from rdmad.api.metrics import Metrics
+
+log = structlog.get_logger("rdmad.daemon")
+
+# The store's changes kept for Metrics until it exists: a first pass over a large node
+# publishes a few hundred; past this the oldest go (counters then start a little low).
+EARLY_CHANGES_MAX = 10_000
+# How long the services may take to import and start before READY=1 goes out without
+# them (the agent's own startup deadline is 30 s; a thread cannot be cancelled).
+SERVICES_DEADLINE = 60.0
+
+
+class Notifier(Protocol):
+    def notify(self, state: str) -> None: ...
+
+
+class ReadyGate:
+    """A notifier that holds READY=1 until ``open()``; everything else goes through.
+
+    Held while the API is still starting: a unit ordered after rdmad (or an operator
+    right after ``systemctl start``) may call rdmad-ctl as soon as systemd says rdmad
+    is up. The last READY message held is sent when the gate opens.
+    """
+
+    def __init__(self, inner: Notifier) -> None:
+        self.inner = inner
+        self.is_open = False
+        self.held: str | None = None
+
+    def notify(self, state: str) -> None:
+        if not self.is_open and "READY=1" in state.split("\n"):
+            self.held = state
+            rest = "\n".join(line for line in state.split("\n") if line != "READY=1")
+            if rest:
+                self.inner.notify(rest)  # e.g. STATUS=: shown by systemctl at once
+            return
+        self.inner.notify(state)
+
+    def open(self) -> None:
+        if self.is_open:
+            return
+        self.is_open = True
+        if self.held is not None:
+            held, self.held = self.held, None
+            self.inner.notify(held)
+
+
+class EarlyChanges:
+    """A status-store listener that keeps changes until Metrics takes them over."""
+
+    def __init__(self, store: StatusView, limit: int = EARLY_CHANGES_MAX) -> None:
+        self.store = store
+        self.changes: deque[Change] = deque(maxlen=limit)
+        store.subscribe(self)
+
+    def __call__(self, change: Change) -> None:
+        if change[0] != "plan":  # metrics count passes and history, never plans
+            self.changes.append(change)
+
+    def hand_over(self) -> list[Change]:
+        """Stop listening; what was heard, oldest first."""
+        self.store.unsubscribe(self)
+        out = list(self.changes)
+        self.changes.clear()
+        return out
+
+
+class _Closeable(Protocol):
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Services:
+    """What started beside the agent: each None/empty when off or failed."""
+
+    metrics: Metrics | None = None
+    api: ApiServer | None = None
+    exporters: list[_Closeable] = field(default_factory=list)
+
+    async def close(self) -> None:
+        if self.api is not None:
+            await self.api.close()
+        if self.metrics is not None:
+            self.metrics.close()  # rdmad_up 0 in the textfile's last write
+        for exporter in self.exporters:
+            try:
+                await exporter.close()
+            except Exception:
+                log.exception("metrics.close-failed", exporter=repr(exporter))
+
+
+def import_services() -> float:
+    """Import the API and metrics modules (in a worker thread); returns seconds taken."""
+    started = time.monotonic()
+    import rdmad.api  # aiohttp
+    import rdmad.api.metrics  # prometheus_client  # noqa: F401
+
+    return time.monotonic() - started
+
+
+async def start_services(
+    location: Path,
+    store: StatusView,
+    queue: TriggerQueue,
+    early: EarlyChanges,
+    gate: ReadyGate,
+    *,
+    importer: Callable[[], float] = import_services,
+    deadline: float = SERVICES_DEADLINE,
+) -> Services:
+    """Import (off the loop), then start metrics, exporters and the API; open the gate.
+
+    Never raises: the daemon's job is the node; a service that cannot start is logged.
+    """
+    services = Services()
+    try:
+        seconds = await asyncio.wait_for(asyncio.to_thread(importer), deadline)
+        from rdmad.api.metrics import Metrics
+
+        services.metrics = Metrics(store, queue, earlier=early.hand_over())
+        services.exporters = await _start_exporters(services.metrics, _metrics_spec(location))
+        services.api = await _start_api(location, store, queue, services.metrics)
+        log.info("services.started", import_seconds=round(seconds, 3), api=services.api is not None)
+    except TimeoutError:
+        log.error(
+            "services.late",
+            seconds=deadline,
+            consequence="READY=1 without the local API and metrics",
+        )
+    except Exception as exc:
+        log.exception("services.failed", error=str(exc))
+    finally:
+        gate.open()
+    return services
+
+
+def _metrics_spec(location: Path) -> MetricsSpec:
+    """[metrics] from whatever part of the config is readable; never raises (an
+    invalid config must not stop the daemon, nor its metrics)."""
+    try:
+        return config.metrics_settings(location)
+    except Exception:
+        return MetricsSpec()
+
+
+async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeable]:
+    """The textfile writer and TCP listener the config asks for. One that cannot start
+    is logged and left out: the daemon's job is the node, not its metrics."""
+    started: list[_Closeable] = []
+    if spec.textfile_dir:
+        from rdmad.api.textfile import TextfileWriter
+
+        writer = TextfileWriter(metrics, spec.textfile_dir, spec.textfile_interval)
+        writer.start()
+        started.append(writer)
+        log.info("metrics.textfile", path=str(writer.path), interval=spec.textfile_interval)
+    if spec.listen:
+        from rdmad.api.metrics_http import start_tcp_listener
+
+        try:
+            listener = await start_tcp_listener(metrics, spec.listen)
+        except (OSError, ValueError) as exc:
+            log.error("metrics.listen-failed", listen=spec.listen, error=str(exc))
+        else:
+            started.append(listener)
+            log.info("metrics.listen", listen=spec.listen, addresses=listener.addresses)
+    return started
+
+
+def _api_spec(location: Path) -> ApiSpec:
+    """The ``[api]`` settings, from whatever part of the config is readable (never raises)."""
+    try:
+        return config.api_settings(location)
+    except Exception:
+        return ApiSpec()
+
+
+async def _start_api(
+    location: Path, store: StatusView, queue: TriggerQueue, metrics: Metrics
+) -> ApiServer | None:
+    """The local API, or None: a failure to start it is logged and the daemon runs on
+    without it (keeping the node reconciled matters more than answering questions)."""
+    spec = _api_spec(location)
+    if not spec.enabled:
+        log.info("api.disabled", why="[api] enabled = false")
+        return None
+    from rdmad.api import ApiServer
+
+    server = ApiServer(store, queue, location, spec, metrics=metrics)
+    try:
+        await server.start()
+    except Exception as exc:
+        log.error(
+            "api.failed",
+            socket=spec.socket,
+            error=str(exc),
+            consequence="running without the local API: rdmad-ctl cannot reach this daemon",
+        )
+        return None
+    return server

@@ -1,0 +1,162 @@
+"""The API and metrics started beside the first pass (rdmad.services): READY=1 waits for
+the API socket, metrics count what happened before they existed, and a service that
+fails or is late never keeps READY=1 back for good."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import structlog
+
+from rdmad import daemon, services
+from rdmad.status import HistoryEntry, StatusSnapshot, StatusStore
+from rdmad.triggers import TriggerQueue
+from tests.api.metricsutil import parse, series, value
+from tests.support.fakeclock import FakeClock
+
+
+class Systemd:
+    """The notifier behind the gate; notes whether the API socket existed at READY=1."""
+
+    def __init__(self, socket: Path | None = None) -> None:
+        self.socket = socket
+        self.sent: list[str] = []
+        self.socket_at_ready: bool | None = None
+
+    def notify(self, state: str) -> None:
+        self.sent.append(state)
+        if "READY=1" in state.split("\n") and self.socket is not None:
+            self.socket_at_ready = self.socket.exists()
+
+
+def config(tmp_path: Path, socket: Path) -> Path:
+    (tmp_path / "rdmad.toml").write_text(f'[api]\nsocket = "{socket}"\n')
+    return tmp_path
+
+
+def test_the_gate_holds_ready_and_passes_everything_else() -> None:
+    sd = Systemd()
+    gate = services.ReadyGate(sd)
+    gate.notify("WATCHDOG=1")
+    gate.notify("READY=1\nSTATUS=2 objects converged")
+    assert sd.sent == ["WATCHDOG=1", "STATUS=2 objects converged"]
+    gate.open()
+    assert sd.sent[-1] == "READY=1\nSTATUS=2 objects converged"
+    gate.open()  # twice: nothing sent twice
+    gate.notify("RELOADING=1")
+    gate.notify("READY=1\nSTATUS=x")  # open: straight through
+    assert sd.sent[-3:] == [
+        "READY=1\nSTATUS=2 objects converged",
+        "RELOADING=1",
+        "READY=1\nSTATUS=x",
+    ]
+
+
+async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_dir: Path) -> None:
+    socket = short_dir / "rdmad.sock"
+    sd = Systemd(socket)
+    gate = services.ReadyGate(sd)
+    store = StatusStore()
+    release = threading.Event()
+
+    def slow_import() -> float:  # the import thread, still busy when the pass is done
+        if not release.wait(30):
+            raise TimeoutError("never released")
+        return services.import_services()
+
+    early = services.EarlyChanges(store)
+    starting = asyncio.create_task(
+        services.start_services(
+            config(tmp_path, socket),
+            store,
+            TriggerQueue(FakeClock()),
+            early,
+            gate,
+            importer=slow_import,
+        )
+    )
+    gate.notify("READY=1\nSTATUS=nothing declared")  # the agent's first pass is done
+    await asyncio.sleep(0)
+    assert not any("READY=1" in s for s in sd.sent) and not socket.exists()
+    release.set()
+    started = await asyncio.wait_for(starting, 30)
+    try:
+        assert sd.sent[-1] == "READY=1\nSTATUS=nothing declared"
+        assert sd.socket_at_ready is True
+        assert started.api is not None and started.metrics is not None
+    finally:
+        await started.close()
+    assert not socket.exists()
+
+
+async def test_metrics_count_the_passes_and_actions_before_them(tmp_path: Path) -> None:
+    store = StatusStore()
+    early = services.EarlyChanges(store)
+    store.publish(StatusSnapshot(passes=1, last_pass_at=100.0, last_pass_seconds=0.25))
+    store.record([HistoryEntry(100.0, "applied", obj="a", kind="set-numvfs")])
+    store.publish(StatusSnapshot(passes=2, last_pass_at=101.0, last_pass_seconds=0.002))
+    (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
+    started = await services.start_services(
+        tmp_path, store, TriggerQueue(FakeClock()), early, services.ReadyGate(Systemd())
+    )
+    assert started.metrics is not None and started.api is None
+    store.publish(StatusSnapshot(passes=3, last_pass_at=102.0, last_pass_seconds=0.004))
+    got = parse(started.metrics.render())
+    assert value(got, "rdmad_reconcile_passes_total") == 3
+    assert value(got, "rdmad_reconcile_duration_seconds_count") == 3  # each with its duration
+    assert value(got, "rdmad_reconcile_duration_seconds_sum") == 0.256
+    assert series(got, "rdmad_actions_total") == {
+        frozenset({("kind", "set-numvfs"), ("outcome", "applied")}): 1
+    }
+    assert not early.changes  # handed over, and no longer listening
+    await started.close()
+
+
+async def test_a_service_that_fails_to_import_still_lets_ready_out(tmp_path: Path) -> None:
+    sd = Systemd()
+    gate = services.ReadyGate(sd)
+    gate.notify("READY=1")
+
+    def broken() -> float:
+        raise ImportError("No module named 'aiohttp'")
+
+    store = StatusStore()
+    with structlog.testing.capture_logs() as logs:
+        started = await services.start_services(
+            tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate,
+            importer=broken,
+        )  # fmt: skip
+    assert sd.sent == ["READY=1"]
+    assert started.api is None and started.metrics is None
+    assert any(e["event"] == "services.failed" and "aiohttp" in e["error"] for e in logs)
+
+
+async def test_services_that_are_late_let_ready_out_at_their_deadline(tmp_path: Path) -> None:
+    sd = Systemd()
+    gate = services.ReadyGate(sd)
+    gate.notify("READY=1")
+    hang = threading.Event()
+    store = StatusStore()
+    with structlog.testing.capture_logs() as logs:
+        started = await services.start_services(
+            tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate,
+            importer=lambda: float(hang.wait(30)), deadline=0.05,
+        )  # fmt: skip
+    hang.set()  # let the worker thread end
+    assert sd.sent == ["READY=1"] and started.api is None
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["services.late"]
+
+
+async def test_a_stop_during_start_up_closes_nothing_half_started() -> None:
+    never = asyncio.get_running_loop().create_future()
+
+    async def starting() -> services.Services:
+        await never
+        raise AssertionError("not reached")
+
+    task = asyncio.create_task(starting())
+    await asyncio.sleep(0)
+    got = await daemon._stop_starting(task)
+    assert task.cancelled() and got.api is None and got.metrics is None
