@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from rdmad import config
+from rdmad.agent import Notifier
 from rdmad.model import ApiSpec, MetricsSpec
 from rdmad.status import Change, StatusView
 from rdmad.triggers import TriggerQueue
@@ -44,10 +45,6 @@ EARLY_CHANGES_MAX = 10_000
 # How long the services may take to import and start before READY=1 goes out without
 # them (the agent's own startup deadline is 30 s; a thread cannot be cancelled).
 SERVICES_DEADLINE = 60.0
-
-
-class Notifier(Protocol):
-    def notify(self, state: str) -> None: ...
 
 
 class ReadyGate:
