@@ -6,8 +6,9 @@ boot_id of the run that wrote it. The file is never needed to be correct: a
 missing or corrupt file is reported and rebuilt (rdmad then owns nothing and
 loses only history), never fatal.
 
-Writes are atomic: a temp file in the same directory, fsync, rename over the
-old file, fsync the directory; a crash leaves the old or the new file, not half.
+Writes are atomic (``fileio.write_atomic``): a temp file in the same directory, fsync,
+rename over the old file, fsync the directory; a crash leaves the old or the new file,
+not half.
 
 ``rxe-claims.json`` beside it holds the rxe links rdmad owns while one is being
 created: one JSON line appended (not fsynced) before each create, read as part of the
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmad.fileio import write_atomic
 from rdmad.model import DaemonSpec
 from rdmad.status import HistoryEntry
 
@@ -201,26 +203,10 @@ class StateStore:
             self._claims_fd = None
 
     def _replace(self, path: Path, data: bytes) -> str | None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dfd)  # the rename itself must survive a crash
-            finally:
-                os.close(dfd)
+            write_atomic(path, data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
             return f"state file {path} not written: {exc.strerror or exc}"
         return None
 
