@@ -201,9 +201,10 @@ class KernelHost:
         if news is None:
             return None
         changed, gone = news
-        names = {n.ifindex: n.name for n in last.netdevs} if gone is not None else {}
-        for i in gone or ():
-            names.pop(i, None)
+        # Every netdev's name now: the dump's, or the last snapshot's with the news on it.
+        names: dict[int, str] = {}
+        if gone is not None:
+            names = {n.ifindex: n.name for n in last.netdevs if n.ifindex not in gone}
         names.update((link.ifindex, link.name) for link in changed)
         # A rename or removal under an RDMA link changes that link too (rxe goes with it).
         moved = any(
