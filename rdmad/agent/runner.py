@@ -162,11 +162,18 @@ class PassRunner:
         if resting and not shared.options.dry_run:
             # Off the event path: the pass has answered. Planned on this observation,
             # which is the node now, as far as events tell (the next batch says the rest).
-            self._reactions = anticipate(
-                memory.desired, observed, memory.plan_state(), self.planner, actions
-            )
-            self._reactions_on = observed
+            self._arm(observed, actions)
         return clock.monotonic()
+
+    def _arm(self, observed: Observed, actions: list[Action]) -> None:
+        try:
+            reactions = anticipate(
+                self.memory.desired, observed, self.memory.plan_state(), self.planner, actions
+            )
+        except Exception:  # a bug in plan(): its own pass reports those; nothing armed
+            log.exception("reactions.crashed")
+            return
+        self._reactions, self._reactions_on = reactions, observed
 
     async def _react(self, batch: Batch) -> Applied | None:
         """Apply what the last pass planned ahead for this batch's events; None: nothing.
