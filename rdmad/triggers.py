@@ -102,7 +102,8 @@ class Batch:
     # What reactions key on (bounded): netdevs announced as new, RDMA devices removed;
     # ``rdma_other``: an RDMA device event that was not a removal.
     added: set[str] = field(default_factory=set)
-    removed_rdma: set[str] = field(default_factory=set)
+    removed_rdma: set[str] = field(default_factory=set)  # announced only
+    rdma_gone: set[str] = field(default_factory=set)  # any report of a removal
     rdma_other: bool = False
     lagging: bool = True  # every trigger in it was lagging
 
@@ -135,6 +136,8 @@ class Batch:
         if t.added and len(self.added) < MAX_STALE_NAMES:
             self.added.update(names)
         if t.rdma and t.removed:
+            if len(self.rdma_gone) < MAX_STALE_NAMES:
+                self.rdma_gone.update(names)
             if t.announced and len(self.removed_rdma) < MAX_STALE_NAMES:
                 self.removed_rdma.update(names)
         elif t.rdma:
@@ -188,6 +191,7 @@ class Batch:
         self.through = max(self.through, other.through)
         self.added |= other.added
         self.removed_rdma |= other.removed_rdma
+        self.rdma_gone |= other.rdma_gone
         self.rdma_other |= other.rdma_other
         self.lagging &= other.lagging
         self._bound_names()
@@ -202,8 +206,14 @@ class Batch:
             self.stale_all = True
             self.stale_names.clear()
 
-    def makes_stale(self, touches: frozenset[str]) -> bool:
-        """Whether an action depending on ``touches`` must wait for a new observation."""
+    def makes_stale(self, touches: frozenset[str], *, recreates: str | None = None) -> bool:
+        """Whether an action depending on ``touches`` must wait for a new observation.
+
+        ``recreates``: the RDMA device an action adds again: a report of its removal
+        (udevd's copy of the kernel's, which comes later) is what the add answers.
+        """
+        if recreates is not None and recreates in self.rdma_gone:
+            touches = touches - {recreates}
         return self.stale_all or not self.stale_names.isdisjoint(touches)
 
     @property

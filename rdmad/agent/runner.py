@@ -22,6 +22,7 @@ from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
     Action,
+    AddRxe,
     BindVfDriver,
     LoadModule,
     Observed,
@@ -40,6 +41,8 @@ log = structlog.get_logger("rdmad.agent")
 # giving the event sources SOURCE_TURNS loop turns each time to read their sockets.
 MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
+# Added to the cause of what a reaction applied (history, status): why it was so quick.
+PLANNED_AHEAD = " (planned ahead)"
 
 
 class PassRunner:
@@ -203,7 +206,7 @@ class PassRunner:
             return None
         self.reactions_applied += 1
         log.debug("reconcile.reaction", actions=[a.describe() for a in due])
-        cause = self._cause(batch)
+        cause = f"{self._cause(batch)}{PLANNED_AHEAD}"
         done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
         batch.rdma = True  # the pass reads the RDMA links the reaction changed
         return done
@@ -213,11 +216,10 @@ class PassRunner:
         """The reactions this batch's events make due, less those it made stale (an
         RDMA device's own removal is what its reaction waits for: not stale for it)."""
         out = []
-        for name, action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
-            touches = action_touches(action)
-            if name in batch.removed_rdma:
-                touches -= {name}
-            if not batch.makes_stale(touches) and action not in out:
+        for _name, action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
+            recreates = action.name if isinstance(action, AddRxe) else None
+            stale = batch.makes_stale(action_touches(action), recreates=recreates)
+            if not stale and action not in out:
                 out.append(action)
         return out
 

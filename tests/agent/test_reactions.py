@@ -74,6 +74,8 @@ async def test_the_netdev_awaited_gets_its_link_before_the_pass_observes(rig: Ri
     assert r.agent.runner.reactions_applied == 1
     assert host.links == {"rxe0": "eth9"}
     assert r.agent.state.managed_rxe == {"rxe0"}
+    [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
+    assert entry.cause == "netlink (planned ahead)", entry
     await r.stop()
 
 

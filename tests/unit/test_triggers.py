@@ -185,3 +185,25 @@ async def test_a_lagging_trigger_waits_for_what_follows_it_or_for_lag() -> None:
     clock.advance(LAG)
     await asyncio.sleep(0)
     assert waiting.done() and waiting.result()  # alone, it is answered LAG after it came
+
+
+def test_a_later_report_of_a_removal_does_not_make_its_re_add_stale() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(
+        Trigger(
+            "udev",
+            "remove infiniband rxe0",
+            stale=True,
+            narrow=True,
+            rdma=True,
+            removed=True,
+            touches=frozenset({"rxe0"}),
+        )
+    )
+    b = q.take()
+    assert b is not None and b.rdma_gone == {"rxe0"} and not b.removed_rdma
+    add = frozenset({"rxe0", "eth0"})
+    assert b.makes_stale(add) and not b.makes_stale(add, recreates="rxe0")
+    q.put(Trigger("netlink", "del eth0", stale=True, narrow=True, touches=frozenset({"eth0"})))
+    b.absorb(q.take())  # type: ignore[arg-type]
+    assert b.makes_stale(add, recreates="rxe0")  # its netdev went: stale all the same
