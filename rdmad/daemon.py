@@ -101,6 +101,9 @@ async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
             narrow=e.subsystem in ("net", *_RDMA_SUBSYSTEMS) and e.action != "resync",
             rdma=e.subsystem in _RDMA_SUBSYSTEMS,
             removed=e.action == "remove",
+            announced=e.source == "kernel",
+            # A verbs device goes with its RDMA device, whose own `remove` follows.
+            lagging=e.subsystem == "infiniband_verbs" and e.action == "remove",
         )
 
 
@@ -117,6 +120,7 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
             stale=renamed or e.kind in ("del", "resync"),
             touches=_names(e.name, e.old_name, e.ifindex),
             narrow=e.kind != "resync",
+            added=e.kind == "add",
             link=None if e.kind == "resync" else (e.ifindex, e.message),
         )
 

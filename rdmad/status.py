@@ -46,7 +46,8 @@ class HistoryEntry:
     ``event``: applied, failed, recorded (dry run), start, config-reloaded,
     config-invalid, state-rebuilt, degraded, recovered.
     ``cause``: why the pass ran: boot, restart, first-start, driver-reload, or the
-    trigger sources (udev, netlink, drift, sighup, api, retry ...).
+    trigger sources (udev, netlink, drift, sighup, api, retry ...); "... (planned
+    ahead)": applied as the event came, from the plan the pass before made for it.
     """
 
     at: float  # wall time

@@ -17,6 +17,7 @@ from rdmad.clock import Clock
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
 MAX_LINK_NEWS = 256  # links whose news a batch keeps; past this, netdevs are read again
+LAG = 0.1  # s a lagging trigger waits for what follows it (see Trigger.lagging)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,13 @@ class Trigger:
     dropped as stale; narrow batches count as soon too, being cheap to answer).
     ``removed`` with ``rdma``: an RDMA device's `remove` uevent (an rxe link of that
     name is not added again right away: ``TriggerQueue.rdma_removed_at``).
+    ``added``: the kernel added the link named in touches (a new netdev, or one moved
+    into this namespace): a reaction planned for it may be due (``reconcile.reactions``).
+    ``announced``: the kernel's own uevent, not udevd's copy of it (which comes later,
+    maybe after the device is back): only an announced RDMA removal makes a reaction due.
+    ``lagging``: no pass of its own at the leading edge; it waits up to ``LAG`` for what
+    follows it (a verbs device's `remove` comes ~20 ms before its RDMA device's under
+    emulation, and the reaction to that one should not wait behind a pass for the first).
     ``link``: the news a link event brings, (ifindex, its RTM_NEWLINK payload, or None
     when the link was deleted): a narrow pass made only of link news and RDMA device
     events knows the netdevs without reading them again (``Batch.link_news``).
@@ -59,6 +67,9 @@ class Trigger:
     urgent: bool = False
     soon: bool = False
     removed: bool = False  # the kernel removed the device(s) named in touches
+    added: bool = False
+    announced: bool = False
+    lagging: bool = False
     link: tuple[int, bytes | None] | None = None
 
 
@@ -88,6 +99,13 @@ class Batch:
     # many links changed: the netdevs must be read again.
     links: dict[int, bytes | None] = field(default_factory=dict)
     links_unknown: bool = False
+    # What reactions key on (bounded): netdevs announced as new, RDMA devices removed;
+    # ``rdma_other``: an RDMA device event that was not a removal.
+    added: set[str] = field(default_factory=set)
+    removed_rdma: set[str] = field(default_factory=set)  # announced only
+    rdma_gone: set[str] = field(default_factory=set)  # any report of a removal
+    rdma_other: bool = False
+    lagging: bool = True  # every trigger in it was lagging
 
     def add(self, t: Trigger) -> None:
         self.count += 1
@@ -113,6 +131,17 @@ class Batch:
             self.touched |= t.touches
         self._bound_names()
         self._add_news(t)
+        self.lagging &= t.lagging
+        names = [n for n in t.touches if not n.startswith("ifindex:")]
+        if t.added and len(self.added) < MAX_STALE_NAMES:
+            self.added.update(names)
+        if t.rdma and t.removed:
+            if len(self.rdma_gone) < MAX_STALE_NAMES:
+                self.rdma_gone.update(names)
+            if t.announced and len(self.removed_rdma) < MAX_STALE_NAMES:
+                self.removed_rdma.update(names)
+        elif t.rdma:
+            self.rdma_other = True
 
     def _add_news(self, t: Trigger) -> None:
         if t.link is None:
@@ -160,6 +189,11 @@ class Batch:
         self.urgent |= other.urgent
         self.soon |= other.soon
         self.through = max(self.through, other.through)
+        self.added |= other.added
+        self.removed_rdma |= other.removed_rdma
+        self.rdma_gone |= other.rdma_gone
+        self.rdma_other |= other.rdma_other
+        self.lagging &= other.lagging
         self._bound_names()
         if other.links_unknown:
             self.links_unknown = True
@@ -172,9 +206,25 @@ class Batch:
             self.stale_all = True
             self.stale_names.clear()
 
-    def makes_stale(self, touches: frozenset[str]) -> bool:
-        """Whether an action depending on ``touches`` must wait for a new observation."""
+    def makes_stale(self, touches: frozenset[str], *, recreates: str | None = None) -> bool:
+        """Whether an action depending on ``touches`` must wait for a new observation.
+
+        ``recreates``: the RDMA device an action adds again: a report of its removal
+        (udevd's copy of the kernel's, which comes later) is what the add answers.
+        """
+        if recreates is not None and recreates in self.rdma_gone:
+            touches = touches - {recreates}
         return self.stale_all or not self.stale_names.isdisjoint(touches)
+
+    @property
+    def may_react(self) -> bool:
+        """Made only of link and RDMA device events, nothing lost: the last snapshot
+        with these events on it is the node now, so a reaction planned on it holds."""
+        return (
+            self.narrow
+            and not (self.stale_all or self.reload or self.driver or self.plan_only)
+            and bool(self.added or self.removed_rdma)
+        )
 
     def describe(self) -> str:
         return ", ".join(f"{s} x{n}" if n > 1 else s for s, n in sorted(self.sources.items()))
@@ -209,9 +259,18 @@ class TriggerQueue:
             self._rdma_removed(trigger)
         self.total += 1
         self.by_source[trigger.source] += 1
-        if self._waiter is not None and not self._waiter.done():
+        if self._batch.lagging:
+            self._wake_at(trigger.at + LAG)
+        elif self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(True)
         return self.total
+
+    def _wake_at(self, when: float) -> None:
+        def due() -> None:
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(True)
+
+        self.clock.call_at(when, due)
 
     def _rdma_removed(self, trigger: Trigger) -> None:
         removed = self.rdma_removed_at
@@ -227,6 +286,11 @@ class TriggerQueue:
         """The batch collected so far (not taken)."""
         return self._batch
 
+    def _lagging_now(self) -> bool:
+        """The pending batch is all lagging triggers, younger than LAG."""
+        batch = self._batch
+        return batch is not None and batch.lagging and self.clock.monotonic() < batch.first_at + LAG
+
     def take(self) -> Batch | None:
         batch, self._batch = self._batch, None
         if batch is not None:
@@ -240,7 +304,7 @@ class TriggerQueue:
 
     async def wait(self, deadline: float | None = None) -> bool:
         """Until a trigger is pending (True), the deadline passes or ``wake()`` (False)."""
-        if self._batch is not None:
+        if self._batch is not None and not self._lagging_now():
             return True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()

@@ -120,7 +120,10 @@ class Applier:
             if isinstance(action, AddRxe):
                 await self._let_teardown_finish(action)
             pending = shared.queue.pending
-            if pending is not None and pending.makes_stale(action_touches(action)):
+            recreates = action.name if isinstance(action, AddRxe) else None
+            if pending is not None and pending.makes_stale(
+                action_touches(action), recreates=recreates
+            ):
                 # A netdev this action names was renamed or removed after we observed: it
                 # may point at the wrong device. Hold its object; the next pass re-observes
                 # (resolving by ifindex). Events about other devices do not stop the rest.

@@ -8,7 +8,9 @@
   ``settle`` of quiet instead, bounded by ``settle_max`` so an endless stream
   cannot starve the loop.
 * One writer: only the pass runner applies. Everything else (signals, event
-  sources, timers, the API) only puts a ``Trigger`` on the queue.
+  sources, timers, the API) only puts a ``Trigger`` on the queue. What a pass at
+  rest planned ahead for an awaited event (``reconcile.reactions``) is applied by the
+  runner too, first thing in the pass that event starts.
 
 The parts: ``runner`` (the pass), ``applying`` (one plan, with backoff and
 staleness), ``reporting`` (status, history, READY/STATUS), ``memory`` (config and

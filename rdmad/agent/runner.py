@@ -1,4 +1,8 @@
-"""One reconcile pass: observe -> plan -> apply -> bookkeeping -> status.
+"""One reconcile pass: (reaction ->) observe -> plan -> apply -> bookkeeping -> status.
+
+A pass that ends at rest arms the reactions its plan implies (``reconcile.reactions``):
+the next pass, if its events are the ones awaited, applies them before it observes,
+and is their check.
 
 A failure anywhere in it (observe raises, plan() has a bug) is reported, retried
 with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1.
@@ -10,14 +14,24 @@ import asyncio
 
 import structlog
 
-from rdmad.agent.applying import Applier
+from rdmad.agent.applying import Applied, Applier
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
 from rdmad.agent.protocols import Host, NarrowObserver, Planner
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
-from rdmad.model import Action, BindVfDriver, LoadModule, Observed, SetNumVfs, Waiting
+from rdmad.model import (
+    Action,
+    AddRxe,
+    BindVfDriver,
+    LoadModule,
+    Observed,
+    SetNumVfs,
+    Waiting,
+    action_touches,
+)
 from rdmad.reconcile import declared_objects
+from rdmad.reconcile.reactions import NONE, Reactions, anticipate
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Batch, Trigger
 
@@ -27,6 +41,8 @@ log = structlog.get_logger("rdmad.agent")
 # giving the event sources SOURCE_TURNS loop turns each time to read their sockets.
 MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
+# Added to the cause of what a reaction applied (history, status): why it was so quick.
+PLANNED_AHEAD = " (planned ahead)"
 
 
 class PassRunner:
@@ -50,6 +66,9 @@ class PassRunner:
         self.observing_since: float | None = None
         self._followups = 0
         self.narrow_passes = 0  # passes that read only what link events changed
+        self.reactions_applied = 0  # passes that began with a reaction
+        self._reactions: Reactions = NONE  # armed by the last pass that ended at rest
+        self._reactions_on: Observed | None = None  # what they were planned on
         # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
         self._narrow_host = host if isinstance(host, NarrowObserver) else None
 
@@ -74,6 +93,9 @@ class PassRunner:
             self.reload_config(initial=False)
         if batch.driver:
             self.memory.forget_peermem_hold()  # a module came or went: worth one more try
+        reacted = await self._react(batch)
+        if reacted is not None:
+            cause = self._cause(batch)  # it may have taken in news that came meanwhile
         self.observing_since = started
         try:
             observed, narrow = await self._observe(batch, first)
@@ -103,6 +125,12 @@ class PassRunner:
         reporter.log_notes(objects, actions)
 
         done = await self.applier.apply_all(actions, cause, observed, frozenset(batch.touched))
+        if reacted is not None:
+            done = Applied(
+                done.count + reacted.count,
+                done.changed or reacted.changed,
+                done.aborted or reacted.aborted,
+            )
         now = clock.monotonic()
         self._update_objects(objects, actions)
         seconds = now - started
@@ -134,7 +162,76 @@ class PassRunner:
         if not reporter.ready and resting:
             self.set_ready("first reconcile done")
         reporter.notify_status()
+        if resting and not shared.options.dry_run:
+            # Off the event path: the pass has answered. Planned on this observation,
+            # which is the node now, as far as events tell (the next batch says the rest).
+            self._arm(observed, actions)
         return clock.monotonic()
+
+    def _arm(self, observed: Observed, actions: list[Action]) -> None:
+        try:
+            reactions = anticipate(
+                self.memory.desired, observed, self.memory.plan_state(), self.planner, actions
+            )
+        except Exception:  # a bug in plan(): its own pass reports those; nothing armed
+            log.exception("reactions.crashed")
+            return
+        self._reactions, self._reactions_on = reactions, observed
+
+    async def _react(self, batch: Batch) -> Applied | None:
+        """Apply what the last pass planned ahead for this batch's events; None: nothing.
+
+        The reactions hold only for the node the last pass saw, changed by nothing but
+        this batch's events: a batch with anything else in it (a lost event, a reload, a
+        driver, an RDMA device that came) disarms them, and an action whose names the
+        batch renamed or removed is left to the pass. The pass that follows observes
+        the RDMA links again and is the reaction's check.
+        """
+        if batch.plan_only:
+            return None  # the API's plan: it applies nothing, and leaves them armed
+        reactions, on = self._reactions, self._reactions_on
+        self._reactions, self._reactions_on = NONE, None
+        if not reactions or on is None or batch.rdma_other or not batch.may_react:
+            return None
+        due = self._due(reactions, batch)
+        if not due and reactions.on_netdev and batch.news_only:
+            # A veth pair's peer is announced first: the netdev awaited may be next.
+            more = await self._more_news()
+            if more is not None:
+                batch.absorb(more)
+                if batch.rdma_other or not batch.may_react:
+                    return None
+                due = self._due(reactions, batch)
+        if not due:
+            return None
+        self.reactions_applied += 1
+        log.debug("reconcile.reaction", actions=[a.describe() for a in due])
+        cause = f"{self._cause(batch)}{PLANNED_AHEAD}"
+        done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
+        batch.rdma = True  # the pass reads the RDMA links the reaction changed
+        return done
+
+    @staticmethod
+    def _due(reactions: Reactions, batch: Batch) -> list[Action]:
+        """The reactions this batch's events make due, less those it made stale (an
+        RDMA device's own removal is what its reaction waits for: not stale for it)."""
+        out = []
+        for _name, action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
+            recreates = action.name if isinstance(action, AddRxe) else None
+            stale = batch.makes_stale(action_touches(action), recreates=recreates)
+            if not stale and action not in out:
+                out.append(action)
+        return out
+
+    async def _more_news(self) -> Batch | None:
+        """Link news the event sources put within SOURCE_TURNS loop turns, taken."""
+        queue = self.shared.queue
+        for _turn in range(SOURCE_TURNS):
+            await asyncio.sleep(0)  # a reader callback, then the source's task
+        more = queue.pending
+        if more is None or not more.news_only:
+            return None  # nothing, or something to read (e.g. RDMA devices): a pass
+        return queue.take()
 
     async def _observe(self, batch: Batch, first: bool) -> tuple[Observed, bool]:
         """Everything, or after link events only what they can have changed (then True).
@@ -167,17 +264,12 @@ class PassRunner:
         batch absorbs it: this pass answers those triggers). None: observe() instead.
         """
         assert self._narrow_host is not None
-        queue = self.shared.queue
         if batch.plan_only or not batch.links:
             return observed  # not started by link news: nothing is announced in pairs
         for _ in range(MAX_NEWS_FOLDS):
-            for _turn in range(SOURCE_TURNS):
-                await asyncio.sleep(0)  # a reader callback, then the source's task
-            more = queue.pending
-            if more is None or not more.news_only:
-                return observed  # nothing, or something to read (e.g. RDMA devices): a pass
-            taken = queue.take()
-            assert taken is not None
+            taken = await self._more_news()
+            if taken is None:
+                return observed
             batch.absorb(taken)
             folded = await self._narrow_host.observe_changed(taken.rdma, taken.link_news())
             if folded is None:

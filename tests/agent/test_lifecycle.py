@@ -264,7 +264,8 @@ def test_state_save_is_atomic_and_leaves_no_temp(tmp_path: object) -> None:
     st = State(boot_id="x", managed_rxe={"a"})
     assert store.save(st) is None
     assert store.save(replace(st, managed_rxe={"b"})) is None
-    assert sorted(p.name for p in d.iterdir()) == ["state.json"]
+    # No temp file; the claims file is there, empty, for the next claim.
+    assert sorted(p.name for p in d.iterdir()) == ["rxe-claims.json", "state.json"]
     loaded, _ = store.load()
     assert loaded is not None and loaded.managed_rxe == {"b"}
 
@@ -274,7 +275,7 @@ def test_an_rxe_claim_is_a_line_read_with_the_state_until_the_next_save(
 ) -> None:
     """A claim before a create is one line appended to its own small file in one write,
     without fsync; reading the state adds the last whole line's claims of the same boot;
-    the next save holds them and removes the file."""
+    the next save holds them and empties the file (kept: no create on the event path)."""
     import os
     from pathlib import Path
 
@@ -300,11 +301,18 @@ def test_an_rxe_claim_is_a_line_read_with_the_state_until_the_next_save(
         fh.write(b'{"boot_id": "boot-1", "rx')  # torn (a power loss mid-write)
     loaded, _ = store.load()
     assert loaded is not None and loaded.managed_rxe == {"rxe0", "rxe5"}  # the line before
-    # A save holds the claims and removes the file (two fsyncs: file and directory).
+    # A save holds the claims and empties the file (two fsyncs: file and directory).
     assert store.save(State(boot_id="boot-1", managed_rxe={"rxe0"})) is None
-    assert len(synced) == 2 and sorted(p.name for p in d.iterdir()) == ["state.json"]
-    # A claim after it is added to what the state file says.
+    assert len(synced) == 2
+    assert sorted(p.name for p in d.iterdir()) == ["rxe-claims.json", "state.json"]
+    assert (d / "rxe-claims.json").read_bytes() == b""
+    # A claim after it is added to what the state file says, written without a create.
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a: (opened.append(str(p)), real_open(p, *a))[1])
     assert store.claim_rxe("boot-1", {"rxe0", "rxe1"}) is None
+    monkeypatch.setattr(os, "open", real_open)
+    assert opened == []
     loaded, _ = store.load()
     assert loaded is not None and loaded.managed_rxe == {"rxe0", "rxe1"}
     # Claims of another boot (the state file's is boot-2) count for nothing.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from rdmad.triggers import MAX_LINK_NEWS, Trigger, TriggerQueue
+import asyncio
+
+from rdmad.triggers import LAG, MAX_LINK_NEWS, Trigger, TriggerQueue
 from tests.support.fakeclock import FakeClock
 
 
@@ -98,3 +100,110 @@ def test_news_only_means_nothing_to_read() -> None:
     q.take()
     q.put(Trigger("uevent", "remove rxe0", narrow=True, rdma=True))
     assert q.pending is not None and not q.pending.news_only  # no news at all
+
+
+def test_what_reactions_key_on_and_what_disarms_them() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(
+        Trigger(
+            "netlink",
+            "add benchv0",
+            narrow=True,
+            added=True,
+            touches=frozenset({"benchv0", "ifindex:9"}),
+        )
+    )
+    # udevd's copy of an RDMA removal does not count, the kernel's own does.
+    q.put(
+        Trigger(
+            "udev",
+            "remove infiniband rxe0",
+            narrow=True,
+            rdma=True,
+            removed=True,
+            touches=frozenset({"rxe0"}),
+        )
+    )
+    q.put(
+        Trigger(
+            "udev",
+            "remove infiniband rxe1",
+            narrow=True,
+            rdma=True,
+            removed=True,
+            announced=True,
+            touches=frozenset({"rxe1"}),
+        )
+    )
+    b = q.take()
+    assert b is not None and b.added == {"benchv0"} and b.removed_rdma == {"rxe1"}
+    assert b.may_react and not b.rdma_other
+    q.put(
+        Trigger(
+            "udev",
+            "add infiniband rxe2",
+            narrow=True,
+            rdma=True,
+            announced=True,
+            touches=frozenset({"rxe2"}),
+        )
+    )
+    b = q.take()
+    assert b is not None and b.rdma_other and not b.may_react  # nothing awaited in it
+    q.put(Trigger("netlink", "add x", narrow=True, added=True, touches=frozenset({"x"})))
+    q.put(Trigger("netlink", "resync", stale=True))  # events were lost
+    b = q.take()
+    assert b is not None and not b.may_react
+
+
+async def test_a_lagging_trigger_waits_for_what_follows_it_or_for_lag() -> None:
+    clock = FakeClock()
+    q = TriggerQueue(clock)
+    verbs = Trigger(
+        "udev",
+        "remove infiniband_verbs uverbs0",
+        narrow=True,
+        rdma=True,
+        removed=True,
+        lagging=True,
+    )
+    q.put(verbs)
+    waiting = asyncio.ensure_future(q.wait())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # no pass of its own at the leading edge
+    q.put(Trigger("udev", "remove infiniband rxe0", narrow=True, rdma=True, removed=True))
+    await asyncio.sleep(0)
+    assert waiting.done() and waiting.result()  # what follows wakes the agent: one batch
+    b = q.take()
+    assert b is not None and b.count == 2 and not b.lagging
+    q.put(verbs)
+    waiting = asyncio.ensure_future(q.wait())
+    await asyncio.sleep(0)
+    clock.advance(LAG / 2)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    clock.advance(LAG)
+    await asyncio.sleep(0)
+    assert waiting.done() and waiting.result()  # alone, it is answered LAG after it came
+
+
+def test_a_later_report_of_a_removal_does_not_make_its_re_add_stale() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(
+        Trigger(
+            "udev",
+            "remove infiniband rxe0",
+            stale=True,
+            narrow=True,
+            rdma=True,
+            removed=True,
+            touches=frozenset({"rxe0"}),
+        )
+    )
+    b = q.take()
+    assert b is not None and b.rdma_gone == {"rxe0"} and not b.removed_rdma
+    add = frozenset({"rxe0", "eth0"})
+    assert b.makes_stale(add) and not b.makes_stale(add, recreates="rxe0")
+    q.put(Trigger("netlink", "del eth0", stale=True, narrow=True, touches=frozenset({"eth0"})))
+    b.absorb(q.take())  # type: ignore[arg-type]
+    assert b.makes_stale(add, recreates="rxe0")  # its netdev went: stale all the same

@@ -1,0 +1,153 @@
+"""Reactions: the add a resting pass planned ahead is applied before the next pass
+observes, when that pass's events are the ones awaited; anything else disarms it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rdmad.agent.applying import RXE_READD_AFTER
+from rdmad.model import Action, AddRxe, Observed
+from rdmad.triggers import Trigger
+
+from .conftest import FakeResult, RigFactory, desired, until
+from .test_event_path import NarrowHost
+
+
+@dataclass
+class OrderHost(NarrowHost):
+    """Records, in order, each narrow read and each apply."""
+
+    steps: list[str] = field(default_factory=list)
+
+    async def observe_changed(
+        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
+    ) -> Observed | None:
+        self.steps.append("read rdma" if rdma else "read")
+        return await NarrowHost.observe_changed(self, rdma, links)
+
+    async def apply(self, action: Action) -> FakeResult:  # type: ignore[override]
+        self.steps.append(action.describe())
+        return await NarrowHost.apply(self, action)
+
+
+def netdev_added(name: str, index: int) -> Trigger:
+    return Trigger(
+        "netlink",
+        f"add {name}",
+        narrow=True,
+        added=True,
+        touches=frozenset({name, f"ifindex:{index}"}),
+        link=(index, None),
+    )
+
+
+def rdma_removed(name: str, *, announced: bool = True) -> Trigger:
+    return Trigger(
+        "udev",
+        f"remove infiniband {name}",
+        stale=True,
+        narrow=True,
+        rdma=True,
+        removed=True,
+        announced=announced,
+        touches=frozenset({name}),
+    )
+
+
+ADD = "rdma link add rxe0 type rxe netdev eth9"
+
+
+async def test_the_netdev_awaited_gets_its_link_before_the_pass_observes(rig: RigFactory) -> None:
+    host = OrderHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    # The news carries the netdev (here: the fake host shows it on its next read).
+    host.netdevs.append("eth9")
+    r.agent.queue.put(netdev_added("eth9", 9))
+    await until(lambda: ADD in host.steps, "rxe added")
+    await r.idle()
+    # Applied first; then the same pass read the RDMA links it changed; the follow-up
+    # verified with a full observation and planned nothing more.
+    assert host.steps[:2] == [ADD, "read rdma"]
+    assert [a for a in host.applied if isinstance(a, AddRxe)] == [host.applied[0]]
+    assert r.agent.runner.reactions_applied == 1
+    assert host.links == {"rxe0": "eth9"}
+    assert r.agent.state.managed_rxe == {"rxe0"}
+    [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
+    assert entry.cause == "netlink (planned ahead)", entry
+    await r.stop()
+
+
+async def test_a_removed_link_is_added_again_on_the_kernels_own_removal(rig: RigFactory) -> None:
+    host = OrderHost(netdevs=["eth9"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    assert host.links == {"rxe0": "eth9"}
+    host.steps.clear()
+    del host.links["rxe0"]
+    r.agent.queue.put(rdma_removed("rxe0"))
+    await r.advance(RXE_READD_AFTER)  # the re-add hold after a removal still applies
+    await until(lambda: ADD in host.steps, "rxe added again")
+    assert host.steps[0] == ADD and r.agent.runner.reactions_applied == 1
+    await r.stop()
+
+
+async def test_udevds_late_copy_of_a_removal_does_not_react(rig: RigFactory) -> None:
+    """udevd passes the removal on later, maybe after the link is back: only the
+    kernel's own uevent is trusted to mean "gone now"; the copy gets a pass (a read)."""
+    host = OrderHost(netdevs=["eth9"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    host.steps.clear()
+    r.agent.queue.put(rdma_removed("rxe0", announced=False))
+    await r.idle()
+    assert host.steps == ["read rdma"] and r.agent.runner.reactions_applied == 0
+    assert host.links == {"rxe0": "eth9"}
+    await r.stop()
+
+
+async def test_anything_else_in_the_batch_leaves_it_to_the_pass(rig: RigFactory) -> None:
+    host = OrderHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    # An RDMA device came too (maybe someone else's link on eth9): read, then plan.
+    r.agent.queue.put(netdev_added("eth9", 9))
+    r.agent.queue.put(
+        Trigger("udev", "add infiniband rxe5", narrow=True, rdma=True, announced=True)
+    )
+    await until(lambda: ADD in host.steps, "rxe added by the pass")
+    assert host.steps[0] == "read rdma" and r.agent.runner.reactions_applied == 0
+    await r.idle()
+    # eth9 renamed away in the same batch as its arrival: the name is not to be trusted.
+    del host.links["rxe0"]
+    host.netdevs.remove("eth9")
+    await r.idle()
+    host.steps.clear()
+    r.agent.queue.put(netdev_added("eth9", 10))
+    r.agent.queue.put(
+        Trigger(
+            "netlink",
+            "change eth7 (was eth9)",
+            stale=True,
+            narrow=True,
+            touches=frozenset({"eth7", "eth9", "ifindex:10"}),
+            link=(10, None),
+        )
+    )
+    await r.idle()
+    assert ADD not in host.steps[:1] and r.agent.runner.reactions_applied == 0
+    await r.stop()
+
+
+async def test_a_dry_run_plans_and_reports_but_never_reacts(rig: RigFactory) -> None:
+    host = OrderHost(netdevs=["eth0"])
+    r = rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host, dry_run=True)
+    await r.start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    r.agent.queue.put(netdev_added("eth9", 9))
+    await r.idle()
+    assert r.agent.runner.reactions_applied == 0 and host.steps[0] == "read"
+    await r.stop()
