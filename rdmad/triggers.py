@@ -20,6 +20,11 @@ MAX_LINK_NEWS = 256  # links whose news a batch keeps; past this, netdevs are re
 LAG = 0.1  # s a lagging trigger waits for what follows it (see Trigger.lagging)
 
 
+def device_names(touches: frozenset[str]) -> list[str]:
+    """The device names among what a trigger touches (not its "ifindex:N" entries)."""
+    return [n for n in touches if not n.startswith("ifindex:")]
+
+
 @dataclass(frozen=True, slots=True)
 class Trigger:
     """Why the kernel should be looked at again.
@@ -132,7 +137,7 @@ class Batch:
         self._bound_names()
         self._add_news(t)
         self.lagging &= t.lagging
-        names = [n for n in t.touches if not n.startswith("ifindex:")]
+        names = device_names(t.touches)
         if t.added and len(self.added) < MAX_STALE_NAMES:
             self.added.update(names)
         if t.rdma and t.removed:
@@ -260,24 +265,21 @@ class TriggerQueue:
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._batch.lagging:
-            self._wake_at(trigger.at + LAG)
-        elif self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(True)
+            self.clock.call_at(trigger.at + LAG, lambda: self._wake(True))
+        else:
+            self._wake(True)
         return self.total
 
-    def _wake_at(self, when: float) -> None:
-        def due() -> None:
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(True)
-
-        self.clock.call_at(when, due)
+    def _wake(self, pending: bool) -> None:
+        """End a ``wait``: True, a trigger is due; False, none (stop requested)."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(pending)
 
     def _rdma_removed(self, trigger: Trigger) -> None:
         removed = self.rdma_removed_at
-        for name in trigger.touches:
-            if not name.startswith("ifindex:"):
-                removed.pop(name, None)  # re-inserted last: the oldest go first
-                removed[name] = trigger.at
+        for name in device_names(trigger.touches):
+            removed.pop(name, None)  # re-inserted last: the oldest go first
+            removed[name] = trigger.at
         while len(removed) > MAX_STALE_NAMES:
             del removed[next(iter(removed))]
 
@@ -299,8 +301,7 @@ class TriggerQueue:
 
     def wake(self) -> None:
         """Wake a ``wait`` without a trigger (stop requested)."""
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(False)
+        self._wake(False)
 
     async def wait(self, deadline: float | None = None) -> bool:
         """Until a trigger is pending (True), the deadline passes or ``wake()`` (False)."""

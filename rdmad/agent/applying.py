@@ -42,7 +42,7 @@ from rdmad.model import (
 )
 from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
 from rdmad.status import HistoryEntry
-from rdmad.triggers import Trigger
+from rdmad.triggers import Batch, Trigger
 
 log = structlog.get_logger("rdmad.agent")
 
@@ -59,6 +59,13 @@ class Applied:
     count: int  # actions handed to the host
     changed: bool  # the kernel changed: a follow-up pass verifies it
     aborted: bool  # something was held as stale: the next pass re-observes
+
+
+def made_stale(batch: Batch, action: Action) -> bool:
+    """Whether events in ``batch`` (after the plan was made) make ``action`` wait for a
+    new observation; an rxe add is not stale for a report of its own device's removal."""
+    recreates = action.name if isinstance(action, AddRxe) else None
+    return batch.makes_stale(action_touches(action), recreates=recreates)
 
 
 MAX_REDONE = 3  # an action re-applied in a row because events said it was undone
@@ -120,10 +127,7 @@ class Applier:
             if isinstance(action, AddRxe):
                 await self._let_teardown_finish(action)
             pending = shared.queue.pending
-            recreates = action.name if isinstance(action, AddRxe) else None
-            if pending is not None and pending.makes_stale(
-                action_touches(action), recreates=recreates
-            ):
+            if pending is not None and made_stale(pending, action):
                 # A netdev this action names was renamed or removed after we observed: it
                 # may point at the wrong device. Hold its object; the next pass re-observes
                 # (resolving by ifindex). Events about other devices do not stop the rest.

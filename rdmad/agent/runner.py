@@ -14,7 +14,7 @@ import asyncio
 
 import structlog
 
-from rdmad.agent.applying import Applied, Applier
+from rdmad.agent.applying import Applied, Applier, made_stale
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
 from rdmad.agent.protocols import Host, NarrowObserver, Planner
@@ -22,13 +22,11 @@ from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
     Action,
-    AddRxe,
     BindVfDriver,
     LoadModule,
     Observed,
     SetNumVfs,
     Waiting,
-    action_touches,
 )
 from rdmad.reconcile import declared_objects
 from rdmad.reconcile.reactions import NONE, Reactions, anticipate
@@ -216,10 +214,8 @@ class PassRunner:
         """The reactions this batch's events make due, less those it made stale (an
         RDMA device's own removal is what its reaction waits for: not stale for it)."""
         out = []
-        for _name, action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
-            recreates = action.name if isinstance(action, AddRxe) else None
-            stale = batch.makes_stale(action_touches(action), recreates=recreates)
-            if not stale and action not in out:
+        for action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
+            if not made_stale(batch, action) and action not in out:
                 out.append(action)
         return out
 

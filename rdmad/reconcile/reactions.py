@@ -40,15 +40,13 @@ class Reactions:
     def __bool__(self) -> bool:
         return bool(self.on_netdev or self.on_rdma_removed)
 
-    def due(
-        self, added_netdevs: Iterable[str], removed_rdma: Iterable[str]
-    ) -> list[tuple[str, Action]]:
-        """(the name whose event made it due, action) for the events named, in order."""
-        out: list[tuple[str, Action]] = []
+    def due(self, added_netdevs: Iterable[str], removed_rdma: Iterable[str]) -> list[Action]:
+        """The actions the events named make due, in order."""
+        out: list[Action] = []
         for name in added_netdevs:
-            out.extend((name, a) for a in self.on_netdev.get(name, ()))
+            out.extend(self.on_netdev.get(name, ()))
         for name in removed_rdma:
-            out.extend((name, a) for a in self.on_rdma_removed.get(name, ()))
+            out.extend(self.on_rdma_removed.get(name, ()))
         return out
 
 

@@ -49,7 +49,7 @@ def test_a_link_waiting_for_its_netdev_is_added_when_a_netdev_of_that_name_comes
         "eth9": (AddRxe("rxe rxe0", "declared rxe link is missing", name="rxe0", netdev="eth9"),)
     }
     assert not r.on_rdma_removed
-    assert r.due(["eth0", "eth9"], []) == [("eth9", r.on_netdev["eth9"][0])]
+    assert r.due(["eth0", "eth9"], []) == [r.on_netdev["eth9"][0]]
 
 
 def test_a_link_in_place_is_added_again_when_the_kernel_removes_it() -> None:
