@@ -100,6 +100,13 @@ def wait_added(g: Guest, name: str, count: int, timeout: float = EVENT_DEADLINE)
     return added(g, name)[count - 1]
 
 
+def settled(g: Guest) -> None:
+    """udevd done with the events so far, then one rdmad pass after all of them: a pass
+    at rest has armed its reactions (reconcile.reactions), and no late copy of an earlier
+    event is left to start a pass that would meet the next event first."""
+    g.check("udevadm settle --timeout=60 && rdmad-ctl reconcile --wait 60", timeout=150)
+
+
 def assert_event_driven(entry: dict[str, Any], *, planned_ahead: bool = False) -> None:
     """Added because of an event; ``planned_ahead``: by the reaction the pass before
     planned for exactly that event (rdmad.reconcile.reactions), not by a pass after it."""
@@ -142,6 +149,7 @@ def test_virtio_rxe_recreated_by_event_and_after_module_reload(rdmad: Guest) -> 
     assert first["cause"] == "first-start", first
 
     # Someone deletes it: the udev/RDMA events bring it back, not the drift timer.
+    settled(g)
     seconds = timed(g, "rdma link delete rxe0", "rxe0")
     wait_link(g, "rxe0", nic)
     again = wait_added(g, "rxe0", 2)
@@ -214,13 +222,17 @@ def test_veth_recreated_and_netns_round_trip(rdmad: Guest) -> None:
     # The kernel removes the rxe link with its netdev, but asynchronously (a work item
     # after NETDEV_UNREGISTER): wait for it, bounded.
     g.wait_for("[ ! -e /sys/class/infiniband/rxv ]", timeout=EVENT_DEADLINE)
+    settled(g)
     seconds = timed(g, "ip link add labrv0 type veth peer name labrv1", "rxv")
     wait_link(g, "rxv", "labrv0")
-    assert_event_driven(wait_added(g, "rxv", 2), planned_ahead=True)
+    # Not necessarily planned ahead: the peer (labrv1) may be announced alone first, and
+    # the pass for it may add rxv when labrv0's news comes during it (bench/RESULTS.md).
+    assert_event_driven(wait_added(g, "rxv", 2))
     print(f"veth re-created -> rxv back in {seconds:.3f} s")
 
     g.check("ip netns add labrns && ip link set labrv0 netns labrns")
     g.wait_for("[ ! -e /sys/class/infiniband/rxv ]", timeout=10)
+    settled(g)
     seconds = timed(g, "ip -n labrns link set labrv0 netns 1", "rxv")
     wait_link(g, "rxv", "labrv0")
     assert_event_driven(wait_added(g, "rxv", 3), planned_ahead=True)
