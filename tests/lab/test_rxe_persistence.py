@@ -104,7 +104,10 @@ def settled(g: Guest) -> None:
     """udevd done with the events so far, then one rdmad pass after all of them: a pass
     at rest has armed its reactions (reconcile.reactions), and no late copy of an earlier
     event is left to start a pass that would meet the next event first."""
-    g.check("udevadm settle --timeout=60 && rdmad-ctl reconcile --wait 60", timeout=150)
+    g.check("udevadm settle --timeout=60", timeout=90)
+    res = g.run("rdmad-ctl reconcile --wait 60", timeout=90)
+    # 1 with a pass reported: it ran, and an object waits (its netdev is gone, here).
+    assert res.rc in (0, 1) and res.out.startswith("reconcile: pass"), res.describe()
 
 
 def assert_event_driven(entry: dict[str, Any], *, planned_ahead: bool = False) -> None:
