@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,6 +22,9 @@ from rdmad.clock import SystemClock
 from rdmad.model import DaemonSpec
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
+
+if TYPE_CHECKING:
+    from rdmad.kernel.udev import UdevEvent
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -83,11 +87,8 @@ class _Source:
         return self._gen
 
 
-async def _udev_triggers(monitor: object) -> AsyncIterator[Trigger]:
-    from rdmad.kernel.udev import UdevMonitor
-
-    assert isinstance(monitor, UdevMonitor)
-    async for e in monitor:
+async def _udev_triggers(events: AsyncIterable[UdevEvent]) -> AsyncIterator[Trigger]:
+    async for e in events:
         yield Trigger(
             "udev",
             e.describe(),
@@ -155,7 +156,10 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
             # RDMA devices straight from the kernel as well: udevd's rules add nothing
             # rdmad needs to an RDMA device's removal, and waiting for them delays
             # putting back an rxe link someone deleted (udev's copy follows, harmless).
-            early = UdevMonitor(_RDMA_SUBSYSTEMS, source="kernel")
+            from rdmad.kernel.udev import WANTED
+            from rdmad.kernel.uevents import KernelUevents
+
+            early = KernelUevents({s: WANTED[s] for s in _RDMA_SUBSYSTEMS})
             early.start()
             sources.append(_Source("uevent", _udev_triggers(early)))
             closers.append(early)

@@ -52,6 +52,8 @@ class Trigger:
     ``lagging``: no pass of its own at the leading edge; it waits up to ``LAG`` for what
     follows it (a verbs device's `remove` comes ~20 ms before its RDMA device's under
     emulation, and the reaction to that one should not wait behind a pass for the first).
+    The queue makes a new netdev lag while a reaction awaits another one
+    (``TriggerQueue.awaited_netdevs``): a veth's peer is announced just before it.
     ``link``: the news a link event brings, (ifindex, its RTM_NEWLINK payload, or None
     when the link was deleted): a narrow pass made only of link news and RDMA device
     events knows the netdevs without reading them again (``Batch.link_news``).
@@ -248,6 +250,8 @@ class TriggerQueue:
         self.module_removed_at: float | None = None
         # RDMA device name -> when the kernel last removed it (monotonic), bounded.
         self.rdma_removed_at: dict[str, float] = {}
+        # Netdev names a reaction waits for (the agent sets them when it arms one).
+        self.awaited_netdevs: frozenset[str] = frozenset()
 
     def put(self, trigger: Trigger) -> int:
         """Queue a trigger; returns its number: the pass whose status or plan reports
@@ -255,6 +259,10 @@ class TriggerQueue:
         if trigger.at == 0.0:
             now = self.clock.monotonic()
             trigger = replace(trigger, at=now)
+        if trigger.added and not trigger.lagging and self._unawaited(trigger):
+            # Another netdev than the one a reaction waits for: a pass for it alone would
+            # hold the loop while the awaited one, announced next, waits behind it.
+            trigger = replace(trigger, lagging=True)
         if self._batch is None:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)
@@ -269,6 +277,10 @@ class TriggerQueue:
         else:
             self._wake(True)
         return self.total
+
+    def _unawaited(self, trigger: Trigger) -> bool:
+        awaited = self.awaited_netdevs
+        return bool(awaited) and awaited.isdisjoint(trigger.touches)
 
     def _wake(self, pending: bool) -> None:
         """End a ``wait``: True, a trigger is due; False, none (stop requested)."""

@@ -78,10 +78,13 @@ MODULE_SETTLE = 1.0
 # under emulation, rdmad adding within a few ms of the device's `remove` uevent was
 # seen twice (2 of 6 cycles, one session) to leave the `rdma link delete` that removed
 # it stalled for ~20 s; not reproduced in ~150 later cycles, among them 80 of a loop
-# adding 0-40 ms after the uevent (bench/RESULTS.md). Short, because the delete path's
-# latency is the old device's teardown plus this: an add refused while the kernel
-# releases the name is sent again in place (kernel.host RXE_RELEASE_WAIT). A netdev
-# that comes back is not held: its link went away with the old netdev, well before.
+# adding 0-40 ms after the uevent. Without the hold it came back: 3 of 30 cycles when
+# rdmad ran at nice -5 (it answered sooner), none in 50 at nice 0 (bench/RESULTS.md,
+# "the event path read raw"): the earlier the add, the likelier. Short, because the
+# delete path's latency is the old device's teardown plus this: an add refused while
+# the kernel releases the name is sent again in place (kernel.host RXE_RELEASE_WAIT).
+# A netdev that comes back is not held: its link went away with the old netdev, well
+# before.
 RXE_READD_AFTER = 0.01
 
 

@@ -174,7 +174,12 @@ class PassRunner:
         except Exception:  # a bug in plan(): its own pass reports those; nothing armed
             log.exception("reactions.crashed")
             return
-        self._reactions, self._reactions_on = reactions, observed
+        self._set_reactions(reactions, observed)
+
+    def _set_reactions(self, reactions: Reactions, on: Observed | None) -> None:
+        self._reactions, self._reactions_on = reactions, on
+        # A new netdev other than these waits a little for them (TriggerQueue.put).
+        self.shared.queue.awaited_netdevs = frozenset(reactions.on_netdev)
 
     async def _react(self, batch: Batch) -> Applied | None:
         """Apply what the last pass planned ahead for this batch's events; None: nothing.
@@ -188,7 +193,7 @@ class PassRunner:
         if batch.plan_only:
             return None  # the API's plan: it applies nothing, and leaves them armed
         reactions, on = self._reactions, self._reactions_on
-        self._reactions, self._reactions_on = NONE, None
+        self._set_reactions(NONE, None)
         if not reactions or on is None or batch.rdma_other or not batch.may_react:
             return None
         due = self._due(reactions, batch)

@@ -22,7 +22,7 @@ from rdmad.kernel.rtnl_codec import (
     RTM_DELLINK,
     RTM_NEWLINK,
     RTMGRP_LINK,
-    parse_ifinfo,
+    link_name,
 )
 
 NETLINK_ROUTE = 0
@@ -118,14 +118,15 @@ class LinkEventStream:
     def _event(self, msg: NlMsg) -> LinkEvent | None:
         if msg.type not in (RTM_NEWLINK, RTM_DELLINK) or len(msg.data) < IFINFO.size:
             return None
-        info = parse_ifinfo(msg.data)
-        index, name, up = info.index, info.name, bool(info.flags & IFF_UP)
+        # The header and the name only: the rest is read by whoever uses ``message``.
+        _family, _type, index, flags, change = IFINFO.unpack_from(msg.data, 0)
+        name, up = link_name(msg.data), bool(flags & IFF_UP)
         old = self._names.get(index)
         if msg.type == RTM_DELLINK:
             self._names.pop(index, None)
             return LinkEvent("del", index, name, None, up)
         if name is not None:
             self._names[index] = name
-        kind: Literal["add", "change"] = "add" if info.change == CHANGE_ALL else "change"
+        kind: Literal["add", "change"] = "add" if change == CHANGE_ALL else "change"
         renamed = old if old is not None and old != name else None
         return LinkEvent(kind, index, name, renamed, up, msg.data)

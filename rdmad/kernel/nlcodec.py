@@ -101,6 +101,20 @@ def iter_attrs(data: bytes, off: int = 0, end: int | None = None) -> list[tuple[
     return out
 
 
+def find_attr(data: bytes, atype: int, off: int = 0) -> bytes | None:
+    """The payload of the first attribute of type ``atype`` in ``data[off:]``; the walk
+    stops there (an event reader wanting one attribute skips parsing the other dozens)."""
+    end = len(data)
+    while off + _NLA.size <= end:
+        alen, kind = _NLA.unpack_from(data, off)
+        if alen < _NLA.size or off + alen > end:
+            return None
+        if kind & NLA_TYPE_MASK == atype:
+            return data[off + _NLA.size : off + alen]
+        off += align(alen)
+    return None
+
+
 def cstr(value: bytes) -> str:
     return value.split(b"\0", 1)[0].decode("utf-8", "replace")
 

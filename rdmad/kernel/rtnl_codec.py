@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rdmad.kernel.nlcodec import asciiz, attr, cstr, get_u32, iter_attrs, nested, u32
+from rdmad.kernel.nlcodec import asciiz, attr, cstr, find_attr, get_u32, iter_attrs, nested, u32
 from rdmad.kernel.rtnl_vf_attrs import decode_vfinfo_list
 from rdmad.model import VfSettings
 
@@ -80,6 +80,12 @@ class IfInfo:
     @property
     def name(self) -> str | None:
         return cstr(self.attrs[IFLA_IFNAME]) if IFLA_IFNAME in self.attrs else None
+
+
+def link_name(data: bytes) -> str | None:
+    """IFLA_IFNAME of an RTM_NEWLINK/RTM_DELLINK payload (the kernel puts it first)."""
+    value = find_attr(data, IFLA_IFNAME, IFINFO.size)
+    return None if value is None else cstr(value)
 
 
 def parse_ifinfo(data: bytes) -> IfInfo:

@@ -31,7 +31,7 @@ SUBSYSTEMS = ("net", "pci", "infiniband", "infiniband_verbs", "module")
 RECEIVE_BUFFER = 128 * 1024 * 1024
 # What can change rdmad's view. "change" on pci is config-space noise; "online"/
 # "offline" are CPU/memory actions; "move" is a rename.
-_WANTED: dict[str, frozenset[str]] = {
+WANTED: dict[str, frozenset[str]] = {
     "net": frozenset({"add", "remove", "move", "change"}),
     "pci": frozenset({"add", "remove", "bind", "unbind"}),
     "infiniband": frozenset({"add", "remove", "move", "change"}),
@@ -86,7 +86,7 @@ def to_event(device: Any, source: Source) -> UdevEvent | None:
     """
     action = device.action or ""
     subsystem = device.subsystem or ""
-    if action not in _WANTED.get(subsystem, frozenset()):
+    if action not in WANTED.get(subsystem, frozenset()):
         return None
     props = device.properties
     if subsystem == "net":

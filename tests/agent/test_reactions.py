@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from rdmad.agent.applying import RXE_READD_AFTER
 from rdmad.model import Action, AddRxe, Observed
-from rdmad.triggers import Trigger
+from rdmad.triggers import LAG, Trigger
 
-from .conftest import FakeResult, RigFactory, desired, until
+from .conftest import FakeResult, RigFactory, desired, spin, until
 from .test_event_path import NarrowHost
 
 
@@ -76,6 +76,53 @@ async def test_the_netdev_awaited_gets_its_link_before_the_pass_observes(rig: Ri
     assert r.agent.state.managed_rxe == {"rxe0"}
     [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
     assert entry.cause == "netlink (planned ahead)", entry
+    await r.stop()
+
+
+async def test_a_peer_announced_first_waits_for_the_netdev_awaited(rig: RigFactory) -> None:
+    """A veth's peer is announced just before the netdev a reaction awaits: its news
+    starts no pass of its own (which would hold the loop while the awaited news waits);
+    the pass both start reacts first."""
+    host = OrderHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    passes = len(r.agent.passes)
+    host.steps.clear()
+    assert r.agent.queue.awaited_netdevs == {"eth9"}
+    host.netdevs += ["peer9", "eth9"]
+    r.agent.queue.put(netdev_added("peer9", 8))
+    await spin()  # fake time stands still: only the awaited news or LAG ends the wait
+    pending = r.agent.queue.pending
+    assert pending is not None and pending.lagging and len(r.agent.passes) == passes
+    r.agent.queue.put(netdev_added("eth9", 9))
+    await until(lambda: ADD in host.steps, "rxe added")
+    assert host.steps[0] == ADD and r.agent.runner.reactions_applied == 1
+    await until(lambda: len(r.agent.passes) > passes, "the pass recorded")
+    assert r.agent.passes[passes].triggers == 2
+    await r.stop()
+
+
+async def test_a_new_netdev_nothing_awaits_gets_its_pass_after_lag(rig: RigFactory) -> None:
+    host = OrderHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    passes = len(r.agent.passes)
+    host.netdevs.append("peer9")
+    r.agent.queue.put(netdev_added("peer9", 8))
+    await spin()
+    assert len(r.agent.passes) == passes
+    await r.advance(LAG)
+    await until(lambda: len(r.agent.passes) > passes, "the pass for peer9")
+    assert r.agent.runner.reactions_applied == 0 and host.links == {}
+    # Nothing awaited (the link is there): a new netdev starts its pass at once.
+    host.netdevs.append("eth9")
+    r.agent.queue.put(netdev_added("eth9", 9))
+    await until(lambda: host.links == {"rxe0": "eth9"}, "rxe added")
+    await r.idle()
+    assert r.agent.queue.awaited_netdevs == frozenset()
+    passes = len(r.agent.passes)
+    r.agent.queue.put(netdev_added("peer7", 7))
+    await until(lambda: len(r.agent.passes) > passes, "a pass at once")
     await r.stop()
 
 

@@ -352,3 +352,19 @@ def test_large_vf_sets_are_split_below_the_u16_attribute_limit() -> None:
     vfs_per_batch = [sorted({p.vf for p in b}) for b in batches]
     flat = [vf for vfs in vfs_per_batch for vf in vfs]
     assert flat == list(range(600))  # no VF split across batches, order kept
+
+
+@given(
+    names=st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=15),
+    before=st.lists(st.tuples(st.integers(4, 60), st.binary(max_size=12)), max_size=6),
+)
+def test_link_name_reads_what_the_full_parse_reads(
+    names: str, before: list[tuple[int, bytes]]
+) -> None:
+    """The event reader's one-attribute walk finds the name wherever it is."""
+    header = rc.IFINFO.pack(0, 0, 7, 0, 0xFFFFFFFF)
+    others = b"".join(attr(t, v) for t, v in before if t != rc.IFLA_IFNAME)
+    data = header + others + attr(rc.IFLA_IFNAME, names.encode() + b"\0") + attr(4, b"x")
+    assert rc.link_name(data) == rc.parse_ifinfo(data).name == names
+    assert rc.link_name(header + others) is None
+    assert rc.link_name(data[: len(header) + len(others) + 3]) is None  # cut inside it

@@ -187,6 +187,27 @@ async def test_a_lagging_trigger_waits_for_what_follows_it_or_for_lag() -> None:
     assert waiting.done() and waiting.result()  # alone, it is answered LAG after it came
 
 
+def test_a_new_netdev_lags_only_while_another_one_is_awaited() -> None:
+    def news(name: str) -> Trigger:
+        return Trigger("netlink", f"add {name}", narrow=True, added=True, touches=frozenset({name}))
+
+    q = TriggerQueue(FakeClock())
+    q.put(news("peer0"))
+    b = q.take()
+    assert b is not None and not b.lagging  # nothing awaited: a pass at once
+    q.awaited_netdevs = frozenset({"eth9"})
+    q.put(news("peer0"))
+    assert q.pending is not None and q.pending.lagging  # the awaited one may be next
+    q.put(news("eth9"))
+    b = q.take()
+    assert b is not None and not b.lagging and b.added == {"peer0", "eth9"}
+    q.put(news("eth9"))
+    assert q.pending is not None and not q.pending.lagging
+    q.take()
+    q.put(Trigger("netlink", "change peer0", narrow=True, touches=frozenset({"peer0"})))
+    assert q.pending is not None and not q.pending.lagging  # only news of a new netdev
+
+
 def test_a_later_report_of_a_removal_does_not_make_its_re_add_stale() -> None:
     q = TriggerQueue(FakeClock())
     q.put(
