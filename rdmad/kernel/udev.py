@@ -115,7 +115,51 @@ def to_event(device: Any, source: Source) -> UdevEvent | None:
     )
 
 
-class UdevMonitor:
+class QueuedEvents:
+    """What the uevent readers share: a queue their reader callback fills, None in it
+    ending the iteration (raising the error that closed the reader, if any)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[UdevEvent | None] = asyncio.Queue()
+        self._error: BaseException | None = None
+        self.overflows = 0
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _started(self) -> bool:
+        raise NotImplementedError
+
+    def __aiter__(self) -> AsyncIterator[UdevEvent]:
+        return self
+
+    async def __anext__(self) -> UdevEvent:
+        if not self._started():
+            self.start()
+        event = await self._queue.get()
+        if event is None:
+            self._queue.put_nowait(None)  # every later call ends too
+            if self._error is not None:
+                raise self._error
+            raise StopAsyncIteration
+        return event
+
+    def _read_failed(self, exc: OSError) -> bool:
+        """The socket failed: an overflow (ENOBUFS) becomes one "resync" event, read on
+        (True); anything else closes the reader and ends the iteration with it."""
+        if exc.errno == errno.ENOBUFS:
+            self.overflows += 1
+            self._queue.put_nowait(RESYNC)
+            return True
+        self._error = exc
+        self.close()
+        return False
+
+
+class UdevMonitor(QueuedEvents):
     """Async iterator of ``UdevEvent``; use as ``async with UdevMonitor() as m: async for e in m``.
 
     The socket is subscribed when the context is entered, so "subscribe, then
@@ -129,15 +173,13 @@ class UdevMonitor:
         source: Source | None = None,
         receive_buffer: int = RECEIVE_BUFFER,
     ) -> None:
+        super().__init__()
         self.subsystems = tuple(subsystems)
         self.source: Source = source or default_source()
         self.receive_buffer = receive_buffer
-        self.overflows = 0
         self._monitor: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[UdevEvent | None] = asyncio.Queue()
         self._closed = False
-        self._error: BaseException | None = None
 
     def start(self) -> None:
         """Open and subscribe the monitor and hook its fd into the running loop."""
@@ -173,19 +215,8 @@ class UdevMonitor:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
 
-    def __aiter__(self) -> AsyncIterator[UdevEvent]:
-        return self
-
-    async def __anext__(self) -> UdevEvent:
-        if self._monitor is None and not self._closed:
-            self.start()
-        event = await self._queue.get()
-        if event is None:
-            self._queue.put_nowait(None)  # every later call ends too
-            if self._error is not None:
-                raise self._error
-            raise StopAsyncIteration
-        return event
+    def _started(self) -> bool:
+        return self._monitor is not None or self._closed
 
     def _drain(self) -> None:
         """Reader callback: take every queued uevent without blocking."""
@@ -194,12 +225,8 @@ class UdevMonitor:
             try:
                 device = monitor.poll(timeout=0)
             except OSError as exc:
-                if exc.errno == errno.ENOBUFS:
-                    self.overflows += 1
-                    self._queue.put_nowait(RESYNC)
+                if self._read_failed(exc):
                     continue
-                self._error = exc
-                self.close()
                 return
             if device is None:
                 return

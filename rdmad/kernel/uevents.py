@@ -19,12 +19,11 @@ ran its rules.
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from rdmad.kernel.nlsock import open_netlink_socket
-from rdmad.kernel.udev import RECEIVE_BUFFER, RESYNC, UdevEvent
+from rdmad.kernel.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
 
 NETLINK_KOBJECT_UEVENT = 15
 KERNEL_GROUP = 1
@@ -54,7 +53,7 @@ def parse_uevent(data: bytes, wanted: Mapping[str, Collection[str]]) -> UdevEven
     )
 
 
-class KernelUevents:
+class KernelUevents(QueuedEvents):
     """Async iterator of ``UdevEvent`` (source "kernel"): ``wanted`` actions by subsystem.
 
     Subscribed when constructed, so "subscribe, then observe" misses nothing; the fd is
@@ -65,16 +64,14 @@ class KernelUevents:
     def __init__(
         self, wanted: Mapping[str, Collection[str]], *, receive_buffer: int = RECEIVE_BUFFER
     ) -> None:
+        super().__init__()
         self.wanted = dict(wanted)
         # Cheap test before any parsing: most of a busy node's uevents are other subsystems.
         self._markers = tuple(f"\0SUBSYSTEM={s}\0".encode() for s in self.wanted)
         self._sock: socket.socket | None = open_netlink_socket(
             NETLINK_KOBJECT_UEVENT, groups=KERNEL_GROUP, rcvbuf=receive_buffer
         )
-        self._queue: asyncio.Queue[UdevEvent | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._error: BaseException | None = None
-        self.overflows = 0
 
     def start(self) -> None:
         if self._loop is not None:
@@ -93,19 +90,8 @@ class KernelUevents:
         sock.close()
         self._queue.put_nowait(None)
 
-    def __aiter__(self) -> AsyncIterator[UdevEvent]:
-        return self
-
-    async def __anext__(self) -> UdevEvent:
-        if self._loop is None and self._sock is not None:
-            self.start()
-        event = await self._queue.get()
-        if event is None:
-            self._queue.put_nowait(None)  # every later call ends too
-            if self._error is not None:
-                raise self._error
-            raise StopAsyncIteration
-        return event
+    def _started(self) -> bool:
+        return self._loop is not None or self._sock is None
 
     def _drain(self) -> None:
         """Reader callback: take every queued uevent without blocking."""
@@ -115,12 +101,8 @@ class KernelUevents:
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno == errno.ENOBUFS:
-                    self.overflows += 1
-                    self._queue.put_nowait(RESYNC)
+                if self._read_failed(exc):
                     continue
-                self._error = exc
-                self.close()
                 return
             if port != 0 or not any(m in data for m in self._markers):
                 continue  # not from the kernel, or a subsystem nobody asked for
