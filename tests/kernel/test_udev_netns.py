@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -25,16 +24,6 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for veth an
 
 def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-@pytest.fixture
-def veth_names() -> Iterator[tuple[str, str]]:
-    tag = uuid.uuid4().hex[:6]
-    names = (f"rdu{tag}a", f"rdu{tag}b")
-    try:
-        yield names
-    finally:
-        subprocess.run(["ip", "link", "del", names[0]], check=False, capture_output=True)
 
 
 async def until(monitor: UdevMonitor, done: Callable[[list[UdevEvent]], bool]) -> list[UdevEvent]:

@@ -10,8 +10,6 @@ import asyncio
 import os
 import socket
 import subprocess
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -54,16 +52,6 @@ def test_what_is_not_a_wanted_rdma_event_is_dropped(data: bytes) -> None:
     assert parse_uevent(data, RDMA) is None
 
 
-@pytest.fixture
-def veth() -> Iterator[tuple[str, str]]:
-    tag = uuid.uuid4().hex[:6]
-    names = (f"rdk{tag}a", f"rdk{tag}b")
-    try:
-        yield names
-    finally:
-        subprocess.run(["ip", "link", "del", names[0]], check=False, capture_output=True)
-
-
 async def until_removed(events: KernelUevents, name: str) -> list[UdevEvent]:
     seen: list[UdevEvent] = []
 
@@ -85,9 +73,9 @@ async def collect(events: KernelUevents) -> list[UdevEvent]:
 @pytest.mark.netns
 @root_only
 async def test_the_kernels_events_are_read_and_a_forged_one_is_not(
-    veth: tuple[str, str],
+    veth_names: tuple[str, str],
 ) -> None:
-    a, b = veth
+    a, b = veth_names
     events = KernelUevents({"net": WANTED["net"]})
     try:
         events.start()
