@@ -176,6 +176,29 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     return sources, closers
 
 
+def _wire_reflexes(host: Host, readers: list[object]) -> None:
+    """Let the event readers send the rxe adds the agent armed (``kernel.reflex``): a
+    new netdev's news and the kernel's own removal of an RDMA device. Not in a dry run
+    (its host is a recorder, which has none)."""
+    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.linkevents import LinkEventStream
+    from rdmad.kernel.uevents import KernelUevents
+
+    reflex = host.reflex if isinstance(host, KernelHost) else None
+    if reflex is None:
+        return
+
+    def removed(e: UdevEvent) -> None:
+        if e.action == "remove" and e.subsystem == "infiniband":
+            reflex.rdma_removed(e.sysname)
+
+    for reader in readers:
+        if isinstance(reader, LinkEventStream):
+            reader.on_added = reflex.netdev_added
+        elif isinstance(reader, KernelUevents):
+            reader.on_event = removed
+
+
 def _make_host(dry_run: bool) -> tuple[Host, object]:
     from rdmad.kernel.dryrun import RecordingHost
     from rdmad.kernel.host import KernelHost
@@ -223,6 +246,7 @@ async def serve(opts: RunOptions) -> int:
     queue = TriggerQueue(clock)
     sources, closers = _event_sources()  # before the first observation
     host, kernel = _make_host(opts.dry_run)
+    _wire_reflexes(host, closers)
     agent = Agent(
         host,
         lambda: _load_config(opts.config),

@@ -11,17 +11,19 @@ with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import structlog
 
 from rdmad.agent.applying import Applied, Applier, made_stale
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
-from rdmad.agent.protocols import Host, NarrowObserver, Planner
+from rdmad.agent.protocols import Host, NarrowObserver, Planner, Reflexive
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
     Action,
+    AddRxe,
     BindVfDriver,
     LoadModule,
     Observed,
@@ -41,6 +43,8 @@ MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
 # Added to the cause of what a reaction applied (history, status): why it was so quick.
 PLANNED_AHEAD = " (planned ahead)"
+# ...and sent by the event reader itself (kernel.reflex), before the pass began.
+SENT_ON_EVENT = " (planned ahead, sent as the event was read)"
 
 
 class PassRunner:
@@ -69,6 +73,8 @@ class PassRunner:
         self._reactions_on: Observed | None = None  # what they were planned on
         # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
         self._narrow_host = host if isinstance(host, NarrowObserver) else None
+        self._reflexive = host if isinstance(host, Reflexive) else None
+        self._reflex_sent: set[str] = set()  # rxe links a reflex sent since it was armed
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
@@ -180,6 +186,33 @@ class PassRunner:
         self._reactions, self._reactions_on = reactions, on
         # A new netdev other than these waits a little for them (TriggerQueue.put).
         self.shared.queue.awaited_netdevs = frozenset(reactions.on_netdev)
+        host = self._reflexive
+        if host is None:
+            return
+        if reactions and not self.shared.options.dry_run:
+            # The event readers send these adds themselves, before this loop hears of
+            # the event; the pass it starts collects the outcome (Reflexive).
+            self._reflex_sent.clear()
+            host.arm_reflexes(
+                _adds(reactions.on_netdev), _adds(reactions.on_rdma_removed), self._reflex_gate
+            )
+        else:
+            host.disarm_reflexes()
+
+    def _reflex_gate(self, action: AddRxe) -> bool:
+        """Right before a reflex sends ``action``: only if the reaction would still be
+        applied (nothing pending that disarms it or makes it stale), with its claim
+        written first (Applier._claim_before_create)."""
+        if self.applier.stopping:
+            return False
+        pending = self.shared.queue.pending
+        if pending is not None and (
+            pending.rdma_other or not pending.may_react or made_stale(pending, action)
+        ):
+            return False
+        self.memory.claim_rxe(action.name)
+        self._reflex_sent.add(action.name)
+        return True
 
     async def _react(self, batch: Batch) -> Applied | None:
         """Apply what the last pass planned ahead for this batch's events; None: nothing.
@@ -209,7 +242,8 @@ class PassRunner:
             return None
         self.reactions_applied += 1
         log.debug("reconcile.reaction", actions=[a.describe() for a in due])
-        cause = f"{self._cause(batch)}{PLANNED_AHEAD}"
+        sent = any(isinstance(a, AddRxe) and a.name in self._reflex_sent for a in due)
+        cause = f"{self._cause(batch)}{SENT_ON_EVENT if sent else PLANNED_AHEAD}"
         done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
         batch.rdma = True  # the pass reads the RDMA links the reaction changed
         return done
@@ -372,3 +406,13 @@ class PassRunner:
         if observing is not None and now - observing > o.action_budget:
             return False, f"observe running for {now - observing:.0f} s"
         return True, ""
+
+
+def _adds(by_event: Mapping[str, tuple[Action, ...]]) -> dict[str, list[AddRxe]]:
+    """The rxe adds of reactions, by the name whose event makes them due."""
+    out: dict[str, list[AddRxe]] = {}
+    for name, actions in by_event.items():
+        adds = [a for a in actions if isinstance(a, AddRxe)]
+        if adds:
+            out[name] = adds
+    return out

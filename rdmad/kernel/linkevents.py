@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,6 +64,9 @@ class LinkEventStream:
         self._pending: list[LinkEvent] = []
         self._names: dict[int, str] = {}
         self.overflows = 0
+        # Called with a new link's name as its news is read, before it is queued
+        # (``kernel.reflex``: an rxe add sent from here).
+        self.on_added: Callable[[str], None] | None = None
 
     @property
     def sock(self) -> socket.socket:
@@ -128,5 +131,7 @@ class LinkEventStream:
         if name is not None:
             self._names[index] = name
         kind: Literal["add", "change"] = "add" if change == CHANGE_ALL else "change"
+        if kind == "add" and name is not None and self.on_added is not None:
+            self.on_added(name)
         renamed = old if old is not None and old != name else None
         return LinkEvent(kind, index, name, renamed, up, msg.data)
