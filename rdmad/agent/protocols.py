@@ -78,6 +78,9 @@ class Reflexive(Protocol):
 
     def disarm_reflexes(self) -> None: ...
 
+    async def reflexes_answered(self) -> None:
+        """Until every add a reflex sent has its outcome (bounded)."""
+
 
 class Notifier(Protocol):
     """sd_notify; a no-op outside systemd."""

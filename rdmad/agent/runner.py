@@ -81,6 +81,11 @@ class PassRunner:
         if batch.reload:
             usec = int(self.shared.clock.monotonic() * 1e6)
             self.reporter.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        if self._reflexive is not None and self._reflex_sent:
+            # An add the event reader sent may be sent again while the kernel releases
+            # the old device's name: its timers need the loop more than this pass does,
+            # which would only wait for it in apply().
+            await self._reflexive.reflexes_answered()
         try:
             return await self._run(batch)
         finally:

@@ -382,6 +382,10 @@ class KernelHost:
         if self.reflex is not None:
             self.reflex.disarm()
 
+    async def reflexes_answered(self) -> None:
+        if self.reflex is not None:
+            await self.reflex.answered(REFLEX_WAIT)
+
     async def _reflex_outcome(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
         """The add a reflex already sent for this action, recorded; None: none was sent,
         or the kernel refused it as taken (then the add is sent again, below)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,10 +43,14 @@ from rdmad.kernel.rdma_codec import CMD_NEWLINK, NETLINK_RDMA, encode, newlink_a
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import AddRxe
 
+log = logging.getLogger(__name__)
+
 # Refusals that mean "the name is still taken" (kernel.host: _RXE_TAKEN).
 TAKEN = frozenset({errno.EEXIST, errno.ENFILE})
-RETRY_FIRST = 0.002
-RETRY_MAX = 0.005
+# Faster than KernelHost's pace: nothing else waits on the loop meanwhile (the pass
+# waits for the outcome first), and the release ends a few ms after the uevent.
+RETRY_FIRST = 0.001
+RETRY_MAX = 0.002
 RELEASE_WAIT = 1.0  # then the pass takes over (KernelHost's own release wait)
 
 Gate = Callable[[AddRxe], bool]
@@ -116,13 +121,13 @@ class RxeReflex:
         """A link news "add" of this name was read."""
         if self._gate is not None and name in self._on_netdev:
             for action in self._on_netdev.pop(name):
-                self._fire(action, release_expected=False)
+                self._fire_safely(action, release_expected=False)
 
     def rdma_removed(self, name: str) -> None:
         """The kernel's `remove` uevent of this RDMA device was read."""
         if self._gate is not None and name in self._on_removed:
             for action in self._on_removed.pop(name):
-                self._fire(action, release_expected=True)
+                self._fire_safely(action, release_expected=True)
 
     # --- the pass's end ----------------------------------------------------------------
 
@@ -134,7 +139,20 @@ class RxeReflex:
         del self._fired[action.name]
         return firing
 
+    async def answered(self, timeout: float) -> None:
+        """Until every add sent has its outcome, or ``timeout`` (real time) passed."""
+        waiting = [f.outcome for f in self._fired.values() if not f.outcome.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout)
+
     # --- sending -----------------------------------------------------------------------
+
+    def _fire_safely(self, action: AddRxe, *, release_expected: bool) -> None:
+        """A bug here must not end the event reader that called: the pass adds the link."""
+        try:
+            self._fire(action, release_expected=release_expected)
+        except Exception:
+            log.exception("%s: the reflex failed; the pass adds the link", action.obj)
 
     def _fire(self, action: AddRxe, *, release_expected: bool) -> None:
         gate = self._gate
@@ -168,6 +186,7 @@ class RxeReflex:
             self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
             return
         self._send(firing)
+        log.debug("%s: %s sent as the event was read", action.obj, action.describe())
 
     def _send(self, firing: Firing) -> None:
         firing.retry = None

@@ -45,6 +45,9 @@ class ReflexHost(OrderHost):
         self.disarmed += 1
         self.gate = None
 
+    async def reflexes_answered(self) -> None:
+        self.steps.append("reflexes answered")
+
     def fire(self, adds: list[AddRxe]) -> bool:
         gate = self.gate
         assert gate is not None, "not armed"
@@ -89,7 +92,13 @@ async def test_an_add_the_reader_sent_is_claimed_first_and_its_pass_says_so(
     r.agent.queue.put(netdev_added("eth9", 9))  # then the trigger of the same news
     await until(lambda: "rdma link add rxe0 type rxe netdev eth9" in host.steps, "collected")
     await r.idle()
-    # The pass applies the reaction (the real host collects the reader's outcome there).
+    # The pass first let the reader's add finish (its retries need the loop), then
+    # applied the reaction (the real host collects the reader's outcome there).
+    sent = host.steps.index("reflex rdma link add rxe0 type rxe netdev eth9")
+    assert host.steps[sent + 1 : sent + 3] == [
+        "reflexes answered",
+        "rdma link add rxe0 type rxe netdev eth9",
+    ]
     [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
     assert entry.cause == "netlink (planned ahead, sent as the event was read)", entry
     assert host.links == {"rxe0": "eth9"}

@@ -316,3 +316,35 @@ async def test_the_daemon_wires_the_kernels_rdma_removal_to_the_reflex(
     finally:
         reader.close()
         host.close()
+
+
+async def test_a_gate_that_raises_sends_nothing_and_the_reader_goes_on(
+    sysfs: Sysfs, kernel: FakeKernel
+) -> None:
+    def broken(action: AddRxe) -> bool:
+        raise RuntimeError("a bug")
+
+    reflex = RxeReflex(sysfs, FakeClock(), opener=kernel.open)
+    reflex.arm({"eth0": [ADD]}, {}, broken)
+    reflex.netdev_added("eth0")  # does not raise into the reader
+    assert kernel.request() is None and reflex.take(ADD) is None
+
+
+async def test_answered_waits_for_every_outcome_bounded(sysfs: Sysfs, kernel: FakeKernel) -> None:
+    reflex, _ = armed(sysfs, kernel, FakeClock())
+    await asyncio.wait_for(reflex.answered(5), 1)  # nothing sent: at once
+    reflex.netdev_added("eth0")
+    request = kernel.request()
+    assert request is not None
+    waiting = asyncio.ensure_future(reflex.answered(5))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    kernel.answer(request[1], 0)
+    await asyncio.wait_for(waiting, 5)
+    reflex.arm({"eth0": [ADD]}, {}, lambda a: True)
+    reflex.netdev_added("eth0")  # never answered: the bound ends the wait
+    await asyncio.wait_for(reflex.answered(0.05), 5)
+    firing = reflex.take(ADD)
+    assert firing is not None and not firing.outcome.done()
+    reflex.close()
