@@ -826,9 +826,7 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
         # Answered: the pass records it; RDMA netlink is not asked again.
         host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
         host.reflex.netdev_added("eth0")
-        request = kernel.request()
-        assert request is not None
-        kernel.answer(request[1], 0)
+        kernel.answer_next(0)
         result = await host.apply(add)
         assert result.outcome is Outcome.APPLIED and rdma.attempts == 0
         assert [(r.target, r.error) for r in result.writes] == [("rdma link rxe0", None)]
@@ -836,9 +834,7 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
         # Refused as taken on a new netdev: the pass sends it the usual way.
         host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
         host.reflex.netdev_added("eth0")
-        request = kernel.request()
-        assert request is not None
-        kernel.answer(request[1], errno.EEXIST)
+        kernel.answer_next(errno.EEXIST)
         result = await host.apply(add)
         assert result.outcome is Outcome.APPLIED and rdma.attempts == 1
 
@@ -849,9 +845,7 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
         assert kernel.request() is None
         host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
         host.reflex.netdev_added("eth0")
-        request = kernel.request()
-        assert request is not None
-        kernel.answer(request[1], errno.ENODEV)
+        kernel.answer_next(errno.ENODEV)
         result = await host.apply(add)
         assert result.outcome is Outcome.FAILED and rdma.attempts == 1
         error = result.writes[0].error

@@ -59,6 +59,13 @@ class FakeKernel:
         assert self.mine is not None
         self.mine.send(pack_message(NLMSG_ERROR, 0, seq, struct.pack("=i", -code) + bytes(16)))
 
+    def answer_next(self, code: int) -> tuple[int, int, dict[int, bytes]]:
+        """Answer the next message sent (there must be one) with -code; returns it."""
+        request = self.request()
+        assert request is not None, "nothing was sent"
+        self.answer(request[1], code)
+        return request
+
     def close(self) -> None:
         for sock in self.opened:
             sock.close()
@@ -87,6 +94,16 @@ async def settle(fut: asyncio.Future[object]) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("the reflex's outcome never came")
+
+
+async def refusal(reflex: RxeReflex, sends: int = 1) -> int:
+    """The errno the kernel refused ADD with (after ``sends`` sends)."""
+    firing = reflex.take(ADD)
+    assert firing is not None
+    await settle(firing.outcome)
+    failure = firing.outcome.result()
+    assert failure is not None and firing.sends == sends
+    return failure.errno
 
 
 def armed(
@@ -143,9 +160,7 @@ async def test_the_removal_of_its_device_sends_again_while_the_name_is_released(
             await asyncio.sleep(0)
         assert not firing.outcome.done() and kernel.request() is None
         clock.advance(0.005)
-    request = kernel.request()
-    assert request is not None
-    kernel.answer(request[1], 0)
+    kernel.answer_next(0)
     await settle(firing.outcome)
     assert firing.outcome.result() is None and firing.sends == 3
 
@@ -156,14 +171,8 @@ async def test_taken_for_a_new_netdev_or_past_the_release_wait_is_the_passs_to_d
     clock = FakeClock()
     reflex, _ = armed(sysfs, kernel, clock)
     reflex.netdev_added("eth0")  # a new netdev: EEXIST means a link is really there
-    request = kernel.request()
-    assert request is not None
-    kernel.answer(request[1], errno.EEXIST)
-    firing = reflex.take(ADD)
-    assert firing is not None
-    await settle(firing.outcome)
-    failure = firing.outcome.result()
-    assert failure is not None and failure.errno == errno.EEXIST and firing.sends == 1
+    kernel.answer_next(errno.EEXIST)
+    assert await refusal(reflex) == errno.EEXIST
 
     reflex.arm({}, {"rxe0": [ADD]}, lambda a: True)
     reflex.rdma_removed("rxe0")
@@ -184,14 +193,8 @@ async def test_taken_for_a_new_netdev_or_past_the_release_wait_is_the_passs_to_d
 async def test_a_kernel_refusal_is_the_outcome(sysfs: Sysfs, kernel: FakeKernel) -> None:
     reflex, _ = armed(sysfs, kernel, FakeClock())
     reflex.rdma_removed("rxe0")
-    request = kernel.request()
-    assert request is not None
-    kernel.answer(request[1], errno.ENODEV)
-    firing = reflex.take(ADD)
-    assert firing is not None
-    await settle(firing.outcome)
-    failure = firing.outcome.result()
-    assert failure is not None and failure.errno == errno.ENODEV and firing.sends == 1
+    kernel.answer_next(errno.ENODEV)
+    assert await refusal(reflex) == errno.ENODEV
 
 
 async def test_nothing_is_sent_when_the_gate_says_no_disarmed_paused_or_without_ib_core(
@@ -247,9 +250,7 @@ async def test_arming_again_forgets_answered_outcomes_no_pass_took(
 ) -> None:
     reflex, _ = armed(sysfs, kernel, FakeClock())
     reflex.netdev_added("eth0")
-    request = kernel.request()
-    assert request is not None
-    kernel.answer(request[1], 0)
+    kernel.answer_next(0)
     for _ in range(20):
         await asyncio.sleep(0)
     reflex.arm({"eth0": [ADD]}, {}, lambda a: True)
