@@ -29,7 +29,7 @@ from rdmad.kernel.guardhook import guard_command, write_hook
 from rdmad.kernel.observe import observe, observe_changed
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.rdma import RdmaNetlink, add_link_error
+from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
 from rdmad.kernel.reflex import RxeReflex
 from rdmad.kernel.results import (
@@ -387,8 +387,9 @@ class KernelHost:
             await self.reflex.answered(REFLEX_WAIT)
 
     async def _reflex_outcome(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
-        """The add a reflex already sent for this action, recorded; None: none was sent,
-        or the kernel refused it as taken (then the add is sent again, below)."""
+        """The add a reflex already made for this action, recorded; None: none was sent,
+        or the kernel refused it (then the add is sent again, below, and the refusal
+        reported is that fresh one, handled as any other)."""
         firing = self.reflex.take(action) if self.reflex is not None else None
         if firing is None:
             return None
@@ -396,13 +397,11 @@ class KernelHost:
             failure = await asyncio.wait_for(asyncio.shield(firing.outcome), REFLEX_WAIT)
         except TimeoutError:
             return None
-        if failure is not None and failure.errno in _RXE_TAKEN:
-            return None
-        error = None
         if failure is not None:
-            error = add_link_error(action.name, "rxe", action.netdev, failure)
+            log.debug("%s: the reflex's add was refused: %s", action.obj, failure)
+            return None
         log.debug("%s: added by the reflex (%d sends)", action.obj, firing.sends)
-        return self._record(action, w.changes[0], error, self.clock.monotonic() - firing.started)
+        return self._record(action, w.changes[0], None, self.clock.monotonic() - firing.started)
 
     async def _add_rxe(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
         """The rxe add, sent again while the kernel still releases an old device of that

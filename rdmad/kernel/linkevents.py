@@ -72,7 +72,7 @@ class LinkEventStream:
         # are taken (and the hook called) as soon as the loop sees the socket readable.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._error: OSError | None = None
+        self._error: Exception | None = None
 
     @property
     def sock(self) -> socket.socket:
@@ -128,7 +128,7 @@ class LinkEventStream:
         """Reader callback: read what is queued now, then wake the iterator."""
         try:
             self._drain()
-        except OSError as exc:
+        except Exception as exc:  # e.g. a malformed message: the reader's end, as before
             self._error = exc  # raised by __anext__; not read again until then
             self._unwatch()
         if self._pending or self._error is not None:

@@ -257,10 +257,11 @@ class RdmaNetlink:
 
     async def add_link(self, name: str, link_type: str, netdev: str) -> None:
         """``rdma link add NAME type LINK_TYPE netdev NETDEV``."""
+        op = f"add {link_type} link {name}"
         try:
             await self._request(CMD_NEWLINK, newlink_attrs(name, link_type, netdev))
         except (NetlinkFailure, OSError) as exc:
-            raise add_link_error(name, link_type, netdev, exc) from None
+            raise _error(op, f"netdev {netdev}", exc, _ADD_HINTS) from None
         finally:
             self._nl.close()
 
@@ -298,13 +299,6 @@ class _Seen:
         if index != self.index or counts != self.counts:
             return False
         return all(sysfs.exists(f"proc/{pid}") for pid in self.pids)
-
-
-def add_link_error(
-    name: str, link_type: str, netdev: str, exc: NetlinkFailure | OSError
-) -> KernelError:
-    """What ``add_link`` raises for the kernel's refusal ``exc`` (the reflex's too)."""
-    return _error(f"add {link_type} link {name}", f"netdev {netdev}", exc, _ADD_HINTS)
 
 
 def _error(

@@ -132,9 +132,10 @@ class RxeReflex:
     # --- the pass's end ----------------------------------------------------------------
 
     def take(self, action: AddRxe) -> Firing | None:
-        """The add a reflex sent for ``action`` (its outcome may still be pending), once."""
+        """The add a reflex sent for ``action``'s link on its netdev (its outcome may
+        still be pending), once."""
         firing = self._fired.get(action.name)
-        if firing is None or firing.action != action:
+        if firing is None or firing.action.netdev != action.netdev:
             return None
         del self._fired[action.name]
         return firing
