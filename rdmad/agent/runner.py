@@ -227,27 +227,33 @@ class PassRunner:
         driver, an RDMA device that came) disarms them, and an action whose names the
         batch renamed or removed is left to the pass. The pass that follows observes
         the RDMA links again and is the reaction's check.
+
+        An add an event reader already sent (Reflexive) is applied here whatever the
+        batch holds: the kernel has it (or refused it), and only apply() records it;
+        its own device's `add` uevent, read before this pass began, is in the batch.
         """
         if batch.plan_only:
             return None  # the API's plan: it applies nothing, and leaves them armed
         reactions, on = self._reactions, self._reactions_on
         self._set_reactions(NONE, None)
-        if not reactions or on is None or batch.rdma_other or not batch.may_react:
+        if not reactions or on is None:
             return None
-        due = self._due(reactions, batch)
-        if not due and reactions.on_netdev and batch.news_only:
-            # A veth pair's peer is announced first: the netdev awaited may be next.
-            more = await self._more_news()
-            if more is not None:
-                batch.absorb(more)
-                if batch.rdma_other or not batch.may_react:
-                    return None
-                due = self._due(reactions, batch)
+        sent = [a for a in _adds_of(reactions) if a.name in self._reflex_sent]
+        due: list[Action] = []
+        if not batch.rdma_other and batch.may_react:
+            due = self._due(reactions, batch)
+            if not due and not sent and reactions.on_netdev and batch.news_only:
+                # A veth pair's peer is announced first: the netdev awaited may be next.
+                more = await self._more_news()
+                if more is not None:
+                    batch.absorb(more)
+                    if not batch.rdma_other and batch.may_react:
+                        due = self._due(reactions, batch)
+        due += [a for a in sent if a not in due]
         if not due:
             return None
         self.reactions_applied += 1
         log.debug("reconcile.reaction", actions=[a.describe() for a in due])
-        sent = any(isinstance(a, AddRxe) and a.name in self._reflex_sent for a in due)
         cause = f"{self._cause(batch)}{SENT_ON_EVENT if sent else PLANNED_AHEAD}"
         done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
         batch.rdma = True  # the pass reads the RDMA links the reaction changed
@@ -411,6 +417,15 @@ class PassRunner:
         if observing is not None and now - observing > o.action_budget:
             return False, f"observe running for {now - observing:.0f} s"
         return True, ""
+
+
+def _adds_of(reactions: Reactions) -> list[AddRxe]:
+    """Every rxe add the reactions hold, once."""
+    out: list[AddRxe] = []
+    for by_event in (reactions.on_netdev, reactions.on_rdma_removed):
+        for adds in _adds(by_event).values():
+            out += [a for a in adds if a not in out]
+    return out
 
 
 def _adds(by_event: Mapping[str, tuple[Action, ...]]) -> dict[str, list[AddRxe]]:

@@ -4,7 +4,7 @@ send them (kernel.reflex); the next pass disarms them, and its gate decides each
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rdmad.agent.protocols import Reflexive
 from rdmad.model import AddRxe
@@ -154,4 +154,27 @@ async def test_a_dry_run_never_arms(rig: RigFactory) -> None:
     await r.start()
     await r.idle()
     assert host.armed == [] and host.gate is None
+    await r.stop()
+
+
+async def test_an_add_the_reader_made_is_recorded_even_beside_its_own_devices_event(
+    rig: RigFactory,
+) -> None:
+    """The reader's add can be made before the pass takes the batch: the new device's
+    own `add` uevent is then in it, which disarms reactions; the add is applied
+    (collected) all the same, so history and ownership say rdmad made it."""
+    host = ReflexHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    adds = len([h for h in r.agent.status.history() if h.kind == "add-rxe"])
+    del host.links["rxe0"]
+    assert host.fire(host.on_removed["rxe0"])
+    r.agent.queue.put(rdma_removed("rxe0"))
+    came = Trigger("uevent", "add infiniband rxe0", narrow=True, rdma=True, announced=True)
+    r.agent.queue.put(replace(came, touches=frozenset({"rxe0"})))
+    await r.idle()
+    entries = [h for h in r.agent.status.history() if h.kind == "add-rxe"]
+    assert len(entries) == adds + 1, entries
+    assert entries[-1].cause.endswith("(planned ahead, sent as the event was read)")
+    assert r.agent.state.managed_rxe == {"rxe0"} and host.links == {"rxe0": "eth0"}
     await r.stop()
