@@ -11,7 +11,10 @@ a small stdlib poller running in the guest, every 2 ms):
   deleted (its rxe link goes with it) and the node left idle for ``--gap`` s, so
   every run meets an idle rdmad (the leading edge).
 * **delete**: ``rdma link delete rxbench`` while benchv0 stays; from the ib device
-  vanishing to it being back.
+  vanishing to it being back. A device replaced between two polls (its sysfs directory
+  has another inode number, the old one was never seen gone) counts as one poll
+  interval, an upper bound: before this the poller waited for an absence it never saw,
+  and such a fast re-add was counted as a miss (a "20 s stall" of `rdma link delete`).
 
 Modes, each with the other disabled, rdma_rxe loaded beforehand in both:
 
@@ -131,13 +134,21 @@ scenario, runs, gap, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 net, ib = "/sys/class/net/NETDEV", "/sys/class/infiniband/RXE"
 add = ["ip", "link", "add", "NETDEV", "type", "veth", "peer", "name", "benchp0"]
 
+POLL = 0.002
+
 def wait(pred, until):
     while time.monotonic() < until:
         now = time.monotonic()
         if pred():
             return now
-        time.sleep(0.002)
+        time.sleep(POLL)
     return None
+
+def ino():  # a new device is a new sysfs directory: another inode number
+    try:
+        return os.stat(ib).st_ino
+    except OSError:
+        return None
 
 out = []
 if scenario == "delete":
@@ -145,6 +156,7 @@ if scenario == "delete":
         subprocess.run(add, check=True)
     wait(lambda: os.path.exists(ib), time.monotonic() + timeout)
 for i in range(runs):
+    replaced = False
     if scenario == "appear":
         try:
             subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL,
@@ -161,13 +173,19 @@ for i in range(runs):
             out.append(None)
             continue
         time.sleep(gap)
+        old = ino()
         proc = subprocess.Popen(["rdma", "link", "delete", "RXE"])
-        start = wait(lambda: not os.path.exists(ib), time.monotonic() + timeout)
-    end = wait(lambda: os.path.exists(ib), time.monotonic() + timeout) if start else None
+        start = wait(lambda: ino() != old, time.monotonic() + timeout)
+        # Gone and back between two polls: at most one poll (an upper bound).
+        replaced = start is not None and ino() is not None
+    if start is None:
+        end = None
+    else:
+        end = start + POLL if replaced else wait(lambda: os.path.exists(ib), start + timeout)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        pass  # e.g. `rdma link delete` held up by the kernel for ~20 s: a miss, not an error
+        pass  # the kernel holds the command: a miss, not an error
     out.append(None if start is None or end is None else end - start)
 try:
     subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL, timeout=timeout)

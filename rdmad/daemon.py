@@ -146,23 +146,16 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     sources: list[_Source] = []
     closers: list[object] = []
     try:
-        from rdmad.kernel.udev import UdevMonitor
+        from rdmad.kernel.udev import SUBSYSTEMS, UdevMonitor, default_source
 
-        monitor = UdevMonitor()
+        source = default_source()
+        subsystems: tuple[str, ...] = SUBSYSTEMS
+        if source == "udev" and _kernel_rdma_events(sources, closers):
+            subsystems = tuple(s for s in SUBSYSTEMS if s not in _RDMA_SUBSYSTEMS)
+        monitor = UdevMonitor(subsystems, source=source)
         monitor.start()
         sources.append(_Source("udev", _udev_triggers(monitor)))
         closers.append(monitor)
-        if monitor.source == "udev":
-            # RDMA devices straight from the kernel as well: udevd's rules add nothing
-            # rdmad needs to an RDMA device's removal, and waiting for them delays
-            # putting back an rxe link someone deleted (udev's copy follows, harmless).
-            from rdmad.kernel.udev import WANTED
-            from rdmad.kernel.uevents import KernelUevents
-
-            early = KernelUevents({s: WANTED[s] for s in _RDMA_SUBSYSTEMS})
-            early.start()
-            sources.append(_Source("uevent", _udev_triggers(early)))
-            closers.append(early)
     except Exception as exc:  # no udev (container): rtnetlink and drift still work
         log.warning("source.unavailable", source="udev", error=str(exc))
     try:
@@ -174,6 +167,51 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     except Exception as exc:
         log.warning("source.unavailable", source="rtnetlink", error=str(exc))
     return sources, closers
+
+
+def _wire_reflexes(host: Host, readers: list[object]) -> None:
+    """Let the event readers send the rxe adds the agent armed (``kernel.reflex``): a
+    new netdev's news and the kernel's own removal of an RDMA device. Not in a dry run
+    (its host is a recorder, which has none)."""
+    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.linkevents import LinkEventStream
+    from rdmad.kernel.uevents import KernelUevents
+
+    reflex = host.reflex if isinstance(host, KernelHost) else None
+    if reflex is None:
+        return
+
+    def removed(e: UdevEvent) -> None:
+        if e.action == "remove" and e.subsystem == "infiniband":
+            reflex.rdma_removed(e.sysname)
+
+    for reader in readers:
+        if isinstance(reader, LinkEventStream):
+            reader.on_added = reflex.netdev_added
+        elif isinstance(reader, KernelUevents):
+            reader.on_event = removed
+
+
+def _kernel_rdma_events(sources: list[_Source], closers: list[object]) -> bool:
+    """RDMA device events straight from the kernel, not through udevd: its rules add
+    nothing rdmad needs to them, and its copy of each, parsed through pyudev (2-9 ms
+    under emulation), would hold the loop just when the kernel's own removal should
+    put back an rxe link someone deleted. False: not available (udevd's copies then)."""
+    from rdmad.kernel.udev import WANTED
+    from rdmad.kernel.uevents import KernelUevents
+
+    early: KernelUevents | None = None
+    try:
+        early = KernelUevents({s: WANTED[s] for s in _RDMA_SUBSYSTEMS})
+        early.start()
+    except Exception as exc:
+        if early is not None:
+            early.close()
+        log.warning("source.unavailable", source="uevent", error=str(exc))
+        return False
+    sources.append(_Source("uevent", _udev_triggers(early)))
+    closers.append(early)
+    return True
 
 
 def _make_host(dry_run: bool) -> tuple[Host, object]:
@@ -223,6 +261,7 @@ async def serve(opts: RunOptions) -> int:
     queue = TriggerQueue(clock)
     sources, closers = _event_sources()  # before the first observation
     host, kernel = _make_host(opts.dry_run)
+    _wire_reflexes(host, closers)
     agent = Agent(
         host,
         lambda: _load_config(opts.config),

@@ -43,8 +43,7 @@ class Trigger:
     pass waited for has already happened, e.g. VFs exist once sriov_numvfs returned).
     ``soon``: worth a pass shortly after the last one, a few times in a row (an action
     dropped as stale; narrow batches count as soon too, being cheap to answer).
-    ``removed`` with ``rdma``: an RDMA device's `remove` uevent (an rxe link of that
-    name is not added again right away: ``TriggerQueue.rdma_removed_at``).
+    ``removed`` with ``rdma``: an RDMA device's `remove` uevent.
     ``added``: the kernel added the link named in touches (a new netdev, or one moved
     into this namespace): a reaction planned for it may be due (``reconcile.reactions``).
     ``announced``: the kernel's own uevent, not udevd's copy of it (which comes later,
@@ -248,8 +247,6 @@ class TriggerQueue:
         self.by_source: Counter[str] = Counter()  # triggers ever put, per source (metrics)
         # When the last module went away (monotonic): someone is unloading modules.
         self.module_removed_at: float | None = None
-        # RDMA device name -> when the kernel last removed it (monotonic), bounded.
-        self.rdma_removed_at: dict[str, float] = {}
         # Netdev names a reaction waits for (the agent sets them when it arms one).
         self.awaited_netdevs: frozenset[str] = frozenset()
 
@@ -268,8 +265,6 @@ class TriggerQueue:
         self._batch.add(trigger)
         if trigger.driver and trigger.stale:  # a module's remove uevent
             self.module_removed_at = trigger.at
-        if trigger.rdma and trigger.removed:
-            self._rdma_removed(trigger)
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._batch.lagging:
@@ -286,14 +281,6 @@ class TriggerQueue:
         """End a ``wait``: True, a trigger is due; False, none (stop requested)."""
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(pending)
-
-    def _rdma_removed(self, trigger: Trigger) -> None:
-        removed = self.rdma_removed_at
-        for name in device_names(trigger.touches):
-            removed.pop(name, None)  # re-inserted last: the oldest go first
-            removed[name] = trigger.at
-        while len(removed) > MAX_STALE_NAMES:
-            del removed[next(iter(removed))]
 
     @property
     def pending(self) -> Batch | None:

@@ -27,7 +27,6 @@ from rdmad.agent.options import Shared
 from rdmad.agent.protocols import Host, ResultLike, WriteLike
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
-from rdmad.clock import sleep_until
 from rdmad.model import (
     Action,
     AddRxe,
@@ -73,19 +72,6 @@ MAX_REDONE = 3  # an action re-applied in a row because events said it was undon
 # RDMA stack by hand (`modprobe -r` one module after the other, no pause) must not find
 # rdmad loading back, between two of its commands, what the next one removes.
 MODULE_SETTLE = 1.0
-# An rxe link added again under a name whose RDMA device the kernel removed less than
-# this long ago waits out the rest (no extra pass, no failure). A precaution: on 6.1
-# under emulation, rdmad adding within a few ms of the device's `remove` uevent was
-# seen twice (2 of 6 cycles, one session) to leave the `rdma link delete` that removed
-# it stalled for ~20 s; not reproduced in ~150 later cycles, among them 80 of a loop
-# adding 0-40 ms after the uevent. Without the hold it came back: 3 of 30 cycles when
-# rdmad ran at nice -5 (it answered sooner), none in 50 at nice 0 (bench/RESULTS.md,
-# "the event path read raw"): the earlier the add, the likelier. Short, because the
-# delete path's latency is the old device's teardown plus this: an add refused while
-# the kernel releases the name is sent again in place (kernel.host RXE_RELEASE_WAIT).
-# A netdev that comes back is not held: its link went away with the old netdev, well
-# before.
-RXE_READD_AFTER = 0.01
 
 
 class Applier:
@@ -127,8 +113,6 @@ class Applier:
                 aborted = True
                 break
             obj = action.obj
-            if isinstance(action, AddRxe):
-                await self._let_teardown_finish(action)
             pending = shared.queue.pending
             if pending is not None and made_stale(pending, action):
                 # A netdev this action names was renamed or removed after we observed: it
@@ -186,20 +170,6 @@ class Applier:
         self.last_applied = applied_now
         self.redone = {k: n for k, n in self.redone.items() if k in applied_now}
         return Applied(count, changed, aborted)
-
-    async def _let_teardown_finish(self, action: AddRxe) -> None:
-        """Wait, if need be, until RXE_READD_AFTER has passed since the kernel removed an
-        RDMA device of this name (its teardown goes on after the `remove` uevent)."""
-        removed_at = self.shared.queue.rdma_removed_at.get(action.name)
-        if removed_at is None or self.shared.options.dry_run:
-            return
-        clock = self.shared.clock
-        until = removed_at + RXE_READD_AFTER
-        left = until - clock.monotonic()
-        if left <= 0:
-            return
-        log.debug("reconcile.rxe-teardown-wait", obj=action.obj, ms=round(left * 1000, 1))
-        await sleep_until(clock, until)
 
     def _modules_settling(self, action: LoadModule) -> bool:
         """Whether a module went away less than MODULE_SETTLE ago; if so the load waits

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from rdmad.config import LoadedConfig
-from rdmad.model import Action, Desired, Observed, PlanState
+from rdmad.model import Action, AddRxe, Desired, Observed, PlanState
 
 
 class WriteLike(Protocol):
@@ -58,6 +58,28 @@ class NarrowObserver(Protocol):
     async def observe_changed(
         self, rdma: bool, links: Mapping[int, bytes | None] | None = None
     ) -> Observed | None: ...  # None: observe()
+
+
+@runtime_checkable
+class Reflexive(Protocol):
+    """A host whose event readers can send rxe adds themselves (KernelHost, kernel.reflex).
+
+    Armed by a pass that ends at rest with the adds its reactions hold; disarmed when the
+    next pass starts. ``gate`` is asked right before each send; its apply() collects
+    the outcome of an add a reflex sent instead of sending it again.
+    """
+
+    def arm_reflexes(
+        self,
+        on_netdev: Mapping[str, Sequence[AddRxe]],
+        on_removed: Mapping[str, Sequence[AddRxe]],
+        gate: Callable[[AddRxe], bool],
+    ) -> None: ...
+
+    def disarm_reflexes(self) -> None: ...
+
+    async def reflexes_answered(self) -> None:
+        """Until every add a reflex sent has its outcome (bounded)."""
 
 
 class Notifier(Protocol):

@@ -11,17 +11,19 @@ with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import structlog
 
 from rdmad.agent.applying import Applied, Applier, made_stale
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
-from rdmad.agent.protocols import Host, NarrowObserver, Planner
+from rdmad.agent.protocols import Host, NarrowObserver, Planner, Reflexive
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
     Action,
+    AddRxe,
     BindVfDriver,
     LoadModule,
     Observed,
@@ -41,6 +43,8 @@ MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
 # Added to the cause of what a reaction applied (history, status): why it was so quick.
 PLANNED_AHEAD = " (planned ahead)"
+# ...and sent by the event reader itself (kernel.reflex), before the pass began.
+SENT_ON_EVENT = " (planned ahead, sent as the event was read)"
 
 
 class PassRunner:
@@ -69,12 +73,19 @@ class PassRunner:
         self._reactions_on: Observed | None = None  # what they were planned on
         # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
         self._narrow_host = host if isinstance(host, NarrowObserver) else None
+        self._reflexive = host if isinstance(host, Reflexive) else None
+        self._reflex_sent: set[str] = set()  # rxe links a reflex sent since it was armed
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
         if batch.reload:
             usec = int(self.shared.clock.monotonic() * 1e6)
             self.reporter.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        if self._reflexive is not None and self._reflex_sent:
+            # An add the event reader sent may be sent again while the kernel releases
+            # the old device's name: its timers need the loop more than this pass does,
+            # which would only wait for it in apply().
+            await self._reflexive.reflexes_answered()
         try:
             return await self._run(batch)
         finally:
@@ -180,6 +191,33 @@ class PassRunner:
         self._reactions, self._reactions_on = reactions, on
         # A new netdev other than these waits a little for them (TriggerQueue.put).
         self.shared.queue.awaited_netdevs = frozenset(reactions.on_netdev)
+        host = self._reflexive
+        if host is None:
+            return
+        if reactions and not self.shared.options.dry_run:
+            # The event readers send these adds themselves, before this loop hears of
+            # the event; the pass it starts collects the outcome (Reflexive).
+            self._reflex_sent.clear()
+            host.arm_reflexes(
+                _adds(reactions.on_netdev), _adds(reactions.on_rdma_removed), self._reflex_gate
+            )
+        else:
+            host.disarm_reflexes()
+
+    def _reflex_gate(self, action: AddRxe) -> bool:
+        """Right before a reflex sends ``action``: only if the reaction would still be
+        applied (nothing pending that disarms it or makes it stale), with its claim
+        written first (Applier._claim_before_create)."""
+        if self.applier.stopping:
+            return False
+        pending = self.shared.queue.pending
+        if pending is not None and (
+            pending.rdma_other or not pending.may_react or made_stale(pending, action)
+        ):
+            return False
+        self.memory.claim_rxe(action.name)
+        self._reflex_sent.add(action.name)
+        return True
 
     async def _react(self, batch: Batch) -> Applied | None:
         """Apply what the last pass planned ahead for this batch's events; None: nothing.
@@ -189,27 +227,34 @@ class PassRunner:
         driver, an RDMA device that came) disarms them, and an action whose names the
         batch renamed or removed is left to the pass. The pass that follows observes
         the RDMA links again and is the reaction's check.
+
+        An add an event reader already sent (Reflexive) is applied here whatever the
+        batch holds: the kernel has it (or refused it), and only apply() records it;
+        its own device's `add` uevent, read before this pass began, is in the batch.
         """
         if batch.plan_only:
             return None  # the API's plan: it applies nothing, and leaves them armed
         reactions, on = self._reactions, self._reactions_on
         self._set_reactions(NONE, None)
-        if not reactions or on is None or batch.rdma_other or not batch.may_react:
+        if not reactions or on is None:
             return None
-        due = self._due(reactions, batch)
-        if not due and reactions.on_netdev and batch.news_only:
-            # A veth pair's peer is announced first: the netdev awaited may be next.
-            more = await self._more_news()
-            if more is not None:
-                batch.absorb(more)
-                if batch.rdma_other or not batch.may_react:
-                    return None
-                due = self._due(reactions, batch)
+        sent = [a for a in _adds_of(reactions) if a.name in self._reflex_sent]
+        due: list[Action] = []
+        if not batch.rdma_other and batch.may_react:
+            due = self._due(reactions, batch)
+            if not due and not sent and reactions.on_netdev and batch.news_only:
+                # A veth pair's peer is announced first: the netdev awaited may be next.
+                more = await self._more_news()
+                if more is not None:
+                    batch.absorb(more)
+                    if not batch.rdma_other and batch.may_react:
+                        due = self._due(reactions, batch)
+        due += [a for a in sent if a not in due]
         if not due:
             return None
         self.reactions_applied += 1
         log.debug("reconcile.reaction", actions=[a.describe() for a in due])
-        cause = f"{self._cause(batch)}{PLANNED_AHEAD}"
+        cause = f"{self._cause(batch)}{SENT_ON_EVENT if sent else PLANNED_AHEAD}"
         done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
         batch.rdma = True  # the pass reads the RDMA links the reaction changed
         return done
@@ -372,3 +417,22 @@ class PassRunner:
         if observing is not None and now - observing > o.action_budget:
             return False, f"observe running for {now - observing:.0f} s"
         return True, ""
+
+
+def _adds_of(reactions: Reactions) -> list[AddRxe]:
+    """Every rxe add the reactions hold, once."""
+    out: list[AddRxe] = []
+    for by_event in (reactions.on_netdev, reactions.on_rdma_removed):
+        for adds in _adds(by_event).values():
+            out += [a for a in adds if a not in out]
+    return out
+
+
+def _adds(by_event: Mapping[str, tuple[Action, ...]]) -> dict[str, list[AddRxe]]:
+    """The rxe adds of reactions, by the name whose event makes them due."""
+    out: dict[str, list[AddRxe]] = {}
+    for name, actions in by_event.items():
+        adds = [a for a in actions if isinstance(a, AddRxe)]
+        if adds:
+            out[name] = adds
+    return out

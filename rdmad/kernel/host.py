@@ -23,6 +23,7 @@ from typing import Protocol
 
 from rdmad.clock import Clock, SystemClock, sleep_until
 from rdmad.kernel import modules as modules_mod
+from rdmad.kernel import reflex as reflex_mod
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.guardhook import guard_command, write_hook
 from rdmad.kernel.observe import observe, observe_changed
@@ -30,6 +31,7 @@ from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rdma import RdmaNetlink
 from rdmad.kernel.recheck import StaleAction, recheck
+from rdmad.kernel.reflex import RxeReflex
 from rdmad.kernel.results import (
     ApplyResult,
     Outcome,
@@ -72,7 +74,9 @@ _BIND_POLL = 0.02
 RXE_RETRY_FIRST = 0.002
 RXE_RETRY_MAX = 0.005
 RXE_RELEASE_WAIT = 1.0
-_RXE_TAKEN = frozenset({errno_mod.EEXIST, errno_mod.ENFILE})
+_RXE_TAKEN = reflex_mod.TAKEN
+# A reflex's add is answered at once, or sent again for at most its RELEASE_WAIT.
+REFLEX_WAIT = reflex_mod.RELEASE_WAIT + 1.0
 
 
 # --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
@@ -130,6 +134,7 @@ class KernelHost:
         modprobe_timeout: float = modules_mod.DEFAULT_TIMEOUT,
         modprobe_program: str = modules_mod.MODPROBE,
         clock: Clock | None = None,
+        reflex: RxeReflex | None = None,
     ) -> None:
         # Deadlines and record times; the waits themselves are asyncio's (real time).
         self.clock: Clock = clock or SystemClock()
@@ -146,8 +151,14 @@ class KernelHost:
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.slow = SlowWrites(self.clock, numvfs_deadline)
         self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
+        # rxe adds the event readers send themselves (kernel.reflex); the daemon wires them.
+        if reflex is None and live:
+            reflex = RxeReflex(self.sysfs, self.clock)
+        self.reflex = reflex
 
     def close(self) -> None:
+        if self.reflex is not None:
+            self.reflex.close()
         for client in (self.rtnl, self.rdma):
             if client is not None:
                 client.close()
@@ -356,10 +367,49 @@ class KernelHost:
             writes += await self._execute(action, w)
         return verdict(action, writes)
 
+    # --- reflexes (kernel.reflex): armed by the agent at rest, disarmed by its next pass ---
+
+    def arm_reflexes(
+        self,
+        on_netdev: Mapping[str, Sequence[AddRxe]],
+        on_removed: Mapping[str, Sequence[AddRxe]],
+        gate: Callable[[AddRxe], bool],
+    ) -> None:
+        if self.reflex is not None:
+            self.reflex.arm(on_netdev, on_removed, gate)
+
+    def disarm_reflexes(self) -> None:
+        if self.reflex is not None:
+            self.reflex.disarm()
+
+    async def reflexes_answered(self) -> None:
+        if self.reflex is not None:
+            await self.reflex.answered(REFLEX_WAIT)
+
+    async def _reflex_outcome(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
+        """The add a reflex already made for this action, recorded; None: none was sent,
+        or the kernel refused it (then the add is sent again, below, and the refusal
+        reported is that fresh one, handled as any other)."""
+        firing = self.reflex.take(action) if self.reflex is not None else None
+        if firing is None:
+            return None
+        try:
+            failure = await asyncio.wait_for(asyncio.shield(firing.outcome), REFLEX_WAIT)
+        except TimeoutError:
+            return None
+        if failure is not None:
+            log.debug("%s: the reflex's add was refused: %s", action.obj, failure)
+            return None
+        log.debug("%s: added by the reflex (%d sends)", action.obj, firing.sends)
+        return self._record(action, w.changes[0], None, self.clock.monotonic() - firing.started)
+
     async def _add_rxe(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
         """The rxe add, sent again while the kernel still releases an old device of that
         name (see RXE_RELEASE_WAIT); None: still refused so at the end (stale). Only the
         last attempt is recorded: the refusals before it are the kernel's teardown."""
+        done = await self._reflex_outcome(action, w)
+        if done is not None:
+            return done
         clock = self.clock
         started = clock.monotonic()
         pause = RXE_RETRY_FIRST

@@ -7,14 +7,15 @@ telling the agent to observe everything again, instead of a dead socket.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from rdmad.kernel.nlcodec import NlMsg, split_messages
-from rdmad.kernel.nlsock import RECV_BUF, open_netlink_socket, readable, recv_nowait
+from rdmad.kernel.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
 from rdmad.kernel.rtnl_codec import (
     CHANGE_ALL,
     IFF_UP,
@@ -64,6 +65,14 @@ class LinkEventStream:
         self._pending: list[LinkEvent] = []
         self._names: dict[int, str] = {}
         self.overflows = 0
+        # Called with a new link's name as its news is read, before it is queued
+        # (``kernel.reflex``: an rxe add sent from here).
+        self.on_added: Callable[[str], None] | None = None
+        # Read by a reader callback, not by the iterating task when it next runs: news
+        # are taken (and the hook called) as soon as the loop sees the socket readable.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: Exception | None = None
 
     @property
     def sock(self) -> socket.socket:
@@ -73,8 +82,10 @@ class LinkEventStream:
 
     def close(self) -> None:
         if self._sock is not None:
+            self._unwatch()
             self._sock.close()
             self._sock = None
+        self._wake()
 
     async def __aenter__(self) -> LinkEventStream:
         return self
@@ -87,12 +98,45 @@ class LinkEventStream:
 
     async def __anext__(self) -> LinkEvent:
         while not self._pending:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
             if self._sock is None:
                 raise StopAsyncIteration
+            loop = self._watch()
             self._drain()
             if not self._pending:
-                await readable(self.sock)
+                self._waiter = loop.create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
         return self._pending.pop(0)
+
+    def _watch(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self.sock.fileno(), self._readable)
+        return self._loop
+
+    def _unwatch(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed() and self._sock is not None:
+            loop.remove_reader(self._sock.fileno())
+
+    def _readable(self) -> None:
+        """Reader callback: read what is queued now, then wake the iterator."""
+        try:
+            self._drain()
+        except Exception as exc:  # e.g. a malformed message: the reader's end, as before
+            self._error = exc  # raised by __anext__; not read again until then
+            self._unwatch()
+        if self._pending or self._error is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _drain(self) -> None:
         """Read everything queued, without blocking."""
@@ -128,5 +172,7 @@ class LinkEventStream:
         if name is not None:
             self._names[index] = name
         kind: Literal["add", "change"] = "add" if change == CHANGE_ALL else "change"
+        if kind == "add" and name is not None and self.on_added is not None:
+            self.on_added(name)
         renamed = old if old is not None and old != name else None
         return LinkEvent(kind, index, name, renamed, up, msg.data)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from rdmad.kernel.nlsock import open_netlink_socket
 from rdmad.kernel.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
@@ -72,6 +72,9 @@ class KernelUevents(QueuedEvents):
             NETLINK_KOBJECT_UEVENT, groups=KERNEL_GROUP, rcvbuf=receive_buffer
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Called with each wanted event as it is read, before it is queued
+        # (``kernel.reflex``: an rxe add sent from here).
+        self.on_event: Callable[[UdevEvent], None] | None = None
 
     def start(self) -> None:
         if self._loop is not None:
@@ -108,4 +111,6 @@ class KernelUevents(QueuedEvents):
                 continue  # not from the kernel, or a subsystem nobody asked for
             event = parse_uevent(data, self.wanted)
             if event is not None:
+                if self.on_event is not None:
+                    self.on_event(event)
                 self._queue.put_nowait(event)

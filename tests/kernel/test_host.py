@@ -806,3 +806,51 @@ async def test_narrow_observation_reads_link_news_instead_of_a_dump(tree: Path) 
     ]
     assert await host.observe_changed(False, None) is not None and rtnl.dumps == dumps + 1
     assert await host.observe_changed(False, {88: b"\x00\x01"}) is None
+
+
+# --- an add a reflex sent (kernel.reflex) ---------------------------------------------
+
+
+async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> None:
+    from rdmad.kernel.reflex import RxeReflex
+
+    from .test_reflex import FakeKernel
+
+    kernel = FakeKernel()
+    (tree / "sys/module/ib_core").mkdir(parents=True, exist_ok=True)
+    rdma = ReleasingRdma()
+    host = make_host(tree, rdma=rdma)
+    host.reflex = RxeReflex(host.sysfs, host.clock, opener=kernel.open)
+    add = AddRxe("rxe rxe0", "declared", name="rxe0", netdev="eth0")
+    try:
+        # Answered: the pass records it; RDMA netlink is not asked again.
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.reflex.netdev_added("eth0")
+        kernel.answer_next(0)
+        result = await host.apply(add)
+        assert result.outcome is Outcome.APPLIED and rdma.attempts == 0
+        assert [(r.target, r.error) for r in result.writes] == [("rdma link rxe0", None)]
+
+        # Refused as taken on a new netdev: the pass sends it the usual way.
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.reflex.netdev_added("eth0")
+        kernel.answer_next(errno.EEXIST)
+        result = await host.apply(add)
+        assert result.outcome is Outcome.APPLIED and rdma.attempts == 1
+
+        # Refused otherwise: sent again, and the kernel's fresh answer is the result.
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.disarm_reflexes()
+        host.reflex.netdev_added("eth0")  # disarmed: nothing sent
+        assert kernel.request() is None
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.reflex.netdev_added("eth0")
+        kernel.answer_next(errno.ENODEV)
+        rdma.errors = [KernelError("add rxe link rxe0", "netdev eth0", errno.ENODEV)]
+        result = await host.apply(add)
+        assert result.outcome is Outcome.FAILED and rdma.attempts == 2
+        error = result.writes[0].error
+        assert error is not None and error.errno == errno.ENODEV
+    finally:
+        host.close()
+        kernel.close()

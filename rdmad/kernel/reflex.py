@@ -1,0 +1,254 @@
+"""rxe adds sent by an event reader itself, the moment the event a reaction awaits is read.
+
+The agent arms them when a pass ends at rest (``reconcile.reactions``: rxe creations
+only, planned ahead by plan() itself) and disarms them when the next pass starts, so an
+armed reflex never fires beside a pass: rdmad keeps one writer, and the pass that the
+same event starts is the add's check (``KernelHost.apply`` collects the outcome instead
+of sending the add again). What this saves is everything between reading the event and
+the send: the trigger queue, waking the agent, the pass's own Python, 10-15 ms under
+emulation, about what the kernel's own work takes (bench/RESULTS.md).
+
+Before each send the agent's gate has the last word (nothing else pending that would
+disarm the reaction; the claim written) and a guarded stop in force holds it back.
+
+The RDMA netlink socket is opened for one add and closed with its outcome: an open
+NETLINK_RDMA socket pins ib_core. An add the kernel refuses (EEXIST/ENFILE) right after
+it removed the device of that name is sent again, as ``KernelHost`` does (the name stays
+taken until the old device's release ends, and no event says when): here from timer
+callbacks, without a task. Written by hand: pyroute2 has no RDMA netlink, and one
+prebuilt message needs no more than ``nlsock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rdmad.clock import Cancellable, Clock
+from rdmad.kernel.nlcodec import (
+    NLM_F_ACK,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    pack_message,
+    parse_error,
+    split_messages,
+)
+from rdmad.kernel.nlsock import NetlinkFailure, open_netlink_socket, recv_nowait
+from rdmad.kernel.pause import read_pause
+from rdmad.kernel.rdma_codec import CMD_NEWLINK, NETLINK_RDMA, encode, newlink_attrs, nldev_type
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.model import AddRxe
+
+log = logging.getLogger(__name__)
+
+# Refusals that mean "the name is still taken" (kernel.host: _RXE_TAKEN).
+TAKEN = frozenset({errno.EEXIST, errno.ENFILE})
+# Faster than KernelHost's pace: nothing else waits on the loop meanwhile (the pass
+# waits for the outcome first), and the release ends a few ms after the uevent.
+RETRY_FIRST = 0.001
+RETRY_MAX = 0.002
+RELEASE_WAIT = 1.0  # then the pass takes over (KernelHost's own release wait)
+
+Gate = Callable[[AddRxe], bool]
+Outcome = NetlinkFailure | None  # None: the kernel made the link
+
+
+@dataclass(eq=False)
+class Firing:
+    """One add sent by a reflex: its socket while unanswered, and its outcome."""
+
+    action: AddRxe
+    started: float
+    outcome: asyncio.Future[Outcome]
+    release_expected: bool  # fired by the removal of the device of that name
+    seq: int = 0
+    sock: socket.socket | None = None
+    retry: Cancellable | None = None
+    pause: float = RETRY_FIRST
+    sends: int = 0
+    message: bytes = field(default=b"", repr=False)
+
+
+class RxeReflex:
+    """rxe adds by the netdev or RDMA device whose event makes them due; see the module."""
+
+    def __init__(
+        self, sysfs: Sysfs, clock: Clock, opener: Callable[[], socket.socket] | None = None
+    ) -> None:
+        self.sysfs = sysfs
+        self.clock = clock
+        self._open = opener or _open_rdma_socket
+        self._on_netdev: dict[str, tuple[AddRxe, ...]] = {}
+        self._on_removed: dict[str, tuple[AddRxe, ...]] = {}
+        self._gate: Gate | None = None
+        self._fired: dict[str, Firing] = {}  # by rxe link name, until the pass takes it
+        self._seq = 0
+        self.fired = 0  # adds ever sent by a reflex (tests, benchmarks)
+
+    @property
+    def armed(self) -> bool:
+        return self._gate is not None
+
+    def arm(
+        self,
+        on_netdev: Mapping[str, Sequence[AddRxe]],
+        on_removed: Mapping[str, Sequence[AddRxe]],
+        gate: Gate,
+    ) -> None:
+        self._on_netdev = {k: tuple(v) for k, v in on_netdev.items() if v}
+        self._on_removed = {k: tuple(v) for k, v in on_removed.items() if v}
+        self._gate = gate
+        # An outcome no pass took (its pass did not apply that add): not news any more.
+        for name in [n for n, f in self._fired.items() if f.outcome.done()]:
+            del self._fired[name]
+
+    def disarm(self) -> None:
+        self._on_netdev, self._on_removed, self._gate = {}, {}, None
+
+    def close(self) -> None:
+        self.disarm()
+        for firing in self._fired.values():
+            self._finish(firing, NetlinkFailure(errno.ECANCELED, "rdmad is stopping"))
+        self._fired.clear()
+
+    # --- the readers' hooks (synchronous, in their callbacks) -------------------------
+
+    def netdev_added(self, name: str) -> None:
+        """A link news "add" of this name was read."""
+        if self._gate is not None and name in self._on_netdev:
+            for action in self._on_netdev.pop(name):
+                self._fire_safely(action, release_expected=False)
+
+    def rdma_removed(self, name: str) -> None:
+        """The kernel's `remove` uevent of this RDMA device was read."""
+        if self._gate is not None and name in self._on_removed:
+            for action in self._on_removed.pop(name):
+                self._fire_safely(action, release_expected=True)
+
+    # --- the pass's end ----------------------------------------------------------------
+
+    def take(self, action: AddRxe) -> Firing | None:
+        """The add a reflex sent for ``action``'s link on its netdev (its outcome may
+        still be pending), once."""
+        firing = self._fired.get(action.name)
+        if firing is None or firing.action.netdev != action.netdev:
+            return None
+        del self._fired[action.name]
+        return firing
+
+    async def answered(self, timeout: float) -> None:
+        """Until every add sent has its outcome, or ``timeout`` (real time) passed."""
+        waiting = [f.outcome for f in self._fired.values() if not f.outcome.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout)
+
+    # --- sending -----------------------------------------------------------------------
+
+    def _fire_safely(self, action: AddRxe, *, release_expected: bool) -> None:
+        """A bug here must not end the event reader that called: the pass adds the link."""
+        try:
+            self._fire(action, release_expected=release_expected)
+        except Exception:
+            log.exception("%s: the reflex failed; the pass adds the link", action.obj)
+
+    def _fire(self, action: AddRxe, *, release_expected: bool) -> None:
+        gate = self._gate
+        if gate is None or action.name in self._fired:
+            return
+        if not self.sysfs.exists("sys/module/ib_core"):
+            return  # opening the socket would make the kernel load it: the pass decides
+        if read_pause(self.sysfs, self.clock.wall()) is not None:
+            return  # a guarded stop: the pass reports what waits
+        if not gate(action):
+            return
+        loop = asyncio.get_running_loop()
+        self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
+        payload = encode(newlink_attrs(action.name, "rxe", action.netdev))
+        firing = Firing(
+            action,
+            self.clock.monotonic(),
+            loop.create_future(),
+            release_expected,
+            seq=self._seq,
+            message=pack_message(
+                nldev_type(CMD_NEWLINK), NLM_F_REQUEST | NLM_F_ACK, self._seq, payload
+            ),
+        )
+        self._fired[action.name] = firing
+        self.fired += 1
+        try:
+            firing.sock = self._open()
+            loop.add_reader(firing.sock.fileno(), self._read, firing)
+        except OSError as exc:
+            self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
+            return
+        self._send(firing)
+        log.debug("%s: %s sent as the event was read", action.obj, action.describe())
+
+    def _send(self, firing: Firing) -> None:
+        firing.retry = None
+        sock = firing.sock
+        if sock is None:
+            return
+        firing.sends += 1
+        try:
+            sock.send(firing.message)
+        except OSError as exc:
+            self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
+
+    def _read(self, firing: Firing) -> None:
+        """Reader callback: the kernel's answer to the add."""
+        sock = firing.sock
+        if sock is None:
+            return
+        buf = bytearray(8192)
+        while True:
+            try:
+                data = recv_nowait(sock, buf)
+            except OSError as exc:
+                self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
+                return
+            if data is None:
+                return
+            for msg in split_messages(data):
+                if msg.type != NLMSG_ERROR or msg.seq != firing.seq:
+                    continue
+                code, text = parse_error(msg)
+                if code == 0:
+                    self._finish(firing, None)
+                elif code in TAKEN and self._may_retry(firing):
+                    when = self.clock.monotonic() + firing.pause
+                    firing.pause = min(firing.pause * 2, RETRY_MAX)
+                    firing.retry = self.clock.call_at(when, lambda: self._send(firing))
+                else:
+                    self._finish(firing, NetlinkFailure(code, text))
+                return
+
+    def _may_retry(self, firing: Firing) -> bool:
+        """Only right after the kernel removed the device of that name (it is releasing
+        it), for RELEASE_WAIT; otherwise a link of that name or on that netdev is really
+        there, which the pass, reading the links, tells apart."""
+        if not firing.release_expected:
+            return False
+        return self.clock.monotonic() + firing.pause - firing.started <= RELEASE_WAIT
+
+    def _finish(self, firing: Firing, outcome: Outcome) -> None:
+        if firing.retry is not None:
+            firing.retry.cancel()
+            firing.retry = None
+        sock, firing.sock = firing.sock, None
+        if sock is not None:
+            loop = firing.outcome.get_loop()
+            if not loop.is_closed():
+                loop.remove_reader(sock.fileno())
+            sock.close()
+        if not firing.outcome.done():
+            firing.outcome.set_result(outcome)
+
+
+def _open_rdma_socket() -> socket.socket:
+    return open_netlink_socket(NETLINK_RDMA, rcvbuf=1 << 16)

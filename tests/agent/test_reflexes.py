@@ -1,0 +1,180 @@
+"""Reflexes: a pass at rest arms its reactions' rxe adds with a host whose event readers
+send them (kernel.reflex); the next pass disarms them, and its gate decides each send."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from rdmad.agent.protocols import Reflexive
+from rdmad.model import AddRxe
+from rdmad.triggers import Trigger
+
+from .conftest import RigFactory, desired, until
+from .test_reactions import OrderHost, netdev_added, rdma_removed
+
+
+@dataclass
+class ReflexHost(OrderHost):
+    """Records arming; ``fire`` does what the reflex does on an event: asks the gate
+    and, if it says yes, makes the link (the kernel's part) before the agent hears."""
+
+    armed: list[tuple[dict[str, list[str]], dict[str, list[str]]]] = field(default_factory=list)
+    disarmed: int = 0
+    gate: Callable[[AddRxe], bool] | None = None  # type: ignore[assignment]
+    on_netdev: dict[str, list[AddRxe]] = field(default_factory=dict)
+    on_removed: dict[str, list[AddRxe]] = field(default_factory=dict)
+
+    def arm_reflexes(
+        self,
+        on_netdev: Mapping[str, Sequence[AddRxe]],
+        on_removed: Mapping[str, Sequence[AddRxe]],
+        gate: Callable[[AddRxe], bool],
+    ) -> None:
+        self.on_netdev = {k: list(v) for k, v in on_netdev.items()}
+        self.on_removed = {k: list(v) for k, v in on_removed.items()}
+        self.armed.append(
+            (
+                {k: [a.name for a in v] for k, v in on_netdev.items()},
+                {k: [a.name for a in v] for k, v in on_removed.items()},
+            )
+        )
+        self.gate = gate
+
+    def disarm_reflexes(self) -> None:
+        self.disarmed += 1
+        self.gate = None
+
+    async def reflexes_answered(self) -> None:
+        self.steps.append("reflexes answered")
+
+    def fire(self, adds: list[AddRxe]) -> bool:
+        gate = self.gate
+        assert gate is not None, "not armed"
+        sent = [a for a in adds if gate(a)]
+        for a in sent:
+            self.links[a.name] = a.netdev
+            self.steps.append(f"reflex {a.describe()}")
+        return bool(sent)
+
+
+def test_the_fake_fits_the_protocol() -> None:
+    assert isinstance(ReflexHost(), Reflexive)
+
+
+async def test_a_pass_at_rest_arms_the_adds_and_the_next_pass_disarms_them(
+    rig: RigFactory,
+) -> None:
+    host = ReflexHost(netdevs=["eth0"])
+    r = rig(desired(("rxe0", "eth9"), ("rxe1", "eth0"), drift_interval="1h"), host=host)
+    await r.start()
+    await r.idle()
+    # rxe0 waits for eth9 to appear; rxe1 is there, put back if the kernel removes it.
+    assert host.armed[-1] == ({"eth9": ["rxe0"]}, {"rxe1": ["rxe1"]})
+    assert host.gate is not None
+    arms, disarms = len(host.armed), host.disarmed
+    r.agent.queue.put(Trigger("udev", "change net eth0", narrow=True, touches=frozenset({"eth0"})))
+    await until(lambda: host.disarmed > disarms, "the next pass disarms")
+    await r.idle()
+    assert len(host.armed) > arms and host.gate is not None  # at rest again: armed again
+    await r.stop()
+
+
+async def test_an_add_the_reader_sent_is_claimed_first_and_its_pass_says_so(
+    rig: RigFactory,
+) -> None:
+    host = ReflexHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    host.netdevs.append("eth9")
+    assert host.fire(host.on_netdev["eth9"])  # the gate said yes...
+    assert "rxe0" in r.agent.state.managed_rxe  # ...after writing the claim
+    r.agent.queue.put(netdev_added("eth9", 9))  # then the trigger of the same news
+    await until(lambda: "rdma link add rxe0 type rxe netdev eth9" in host.steps, "collected")
+    await r.idle()
+    # The pass first let the reader's add finish (its retries need the loop), then
+    # applied the reaction (the real host collects the reader's outcome there).
+    sent = host.steps.index("reflex rdma link add rxe0 type rxe netdev eth9")
+    assert host.steps[sent + 1 : sent + 3] == [
+        "reflexes answered",
+        "rdma link add rxe0 type rxe netdev eth9",
+    ]
+    [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
+    assert entry.cause == "netlink (planned ahead, sent as the event was read)", entry
+    assert host.links == {"rxe0": "eth9"}
+    await r.stop()
+
+
+async def test_the_gate_refuses_when_something_pending_would_disarm_the_reaction(
+    rig: RigFactory,
+) -> None:
+    host = ReflexHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    gate = host.gate
+    assert gate is not None
+    [add] = host.on_removed["rxe0"]
+    # A module came (a driver reload): the pass must look at everything first.
+    r.agent.queue.put(Trigger("udev", "add module rdma_rxe", driver=True))
+    assert not gate(add)
+    await r.idle()
+    gate = host.gate
+    assert gate is not None
+    [add] = host.on_removed["rxe0"]
+    # The netdev the add names was removed meanwhile: stale.
+    r.agent.queue.put(
+        Trigger("netlink", "del eth0", stale=True, narrow=True, touches=frozenset({"eth0"}))
+    )
+    assert not gate(add)
+    await r.idle()
+    gate = host.gate
+    assert gate is not None
+    r.agent.stop()
+    assert not gate(add)  # stopping
+    await r.stop()
+
+
+async def test_a_removed_link_sent_back_by_the_reader(rig: RigFactory) -> None:
+    host = ReflexHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    del host.links["rxe0"]
+    assert host.fire(host.on_removed["rxe0"])
+    r.agent.queue.put(rdma_removed("rxe0"))
+    await r.idle()
+    assert host.links == {"rxe0": "eth0"}
+    [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
+    assert entry.cause.endswith("(planned ahead, sent as the event was read)"), entry
+    await r.stop()
+
+
+async def test_a_dry_run_never_arms(rig: RigFactory) -> None:
+    host = ReflexHost(netdevs=["eth0"])
+    r = rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host, dry_run=True)
+    await r.start()
+    await r.idle()
+    assert host.armed == [] and host.gate is None
+    await r.stop()
+
+
+async def test_an_add_the_reader_made_is_recorded_even_beside_its_own_devices_event(
+    rig: RigFactory,
+) -> None:
+    """The reader's add can be made before the pass takes the batch: the new device's
+    own `add` uevent is then in it, which disarms reactions; the add is applied
+    (collected) all the same, so history and ownership say rdmad made it."""
+    host = ReflexHost(netdevs=["eth0"])
+    r = await rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    adds = len([h for h in r.agent.status.history() if h.kind == "add-rxe"])
+    del host.links["rxe0"]
+    assert host.fire(host.on_removed["rxe0"])
+    r.agent.queue.put(rdma_removed("rxe0"))
+    came = Trigger("uevent", "add infiniband rxe0", narrow=True, rdma=True, announced=True)
+    r.agent.queue.put(replace(came, touches=frozenset({"rxe0"})))
+    await r.idle()
+    entries = [h for h in r.agent.status.history() if h.kind == "add-rxe"]
+    assert len(entries) == adds + 1, entries
+    assert entries[-1].cause.endswith("(planned ahead, sent as the event was read)")
+    assert r.agent.state.managed_rxe == {"rxe0"} and host.links == {"rxe0": "eth0"}
+    await r.stop()
