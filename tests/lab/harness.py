@@ -579,6 +579,8 @@ class Guest:
                 raise GuestTimeout(
                     f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
                     + self.serial_text(tail=3000)
+                    + "\n"
+                    + self._boot_jobs()
                 )
             if now > next_note:
                 log(
@@ -593,6 +595,21 @@ class Guest:
         self.boot_info = info
         log(f"{self.name}: boot {info.number} done in {info.seconds:.1f} s")
         return info
+
+    def _boot_jobs(self) -> str:
+        """What systemd still waits for, asked through the agent (it starts before
+        multi-user.target, so it usually answers when the marker's unit never ran)."""
+        script = (
+            "systemctl list-jobs --no-pager; systemctl --failed --no-pager; "
+            "journalctl -b --no-pager -o short-monotonic | tail -n 60"
+        )
+        try:
+            self.agent.close()
+            self.agent.sync(timeout=10.0)
+            res = self.agent.exec(["/bin/sh", "-c", script], timeout=30.0)
+        except LabError as exc:
+            return f"(systemd's pending jobs: the guest agent did not answer: {exc})"
+        return f"systemd's pending jobs, failed units and journal tail:\n{res.out}{res.err}"
 
     def reboot(self, timeout: float = 300.0) -> BootInfo:
         if self.boot_info is None:
