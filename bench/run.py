@@ -7,9 +7,10 @@ the QEMU lab image). Each bench is a subprocess; the runner reads its last stdou
 line (the contract's JSON object, see bench/headline.py). A lab bench is skipped,
 with the reason in the table, when not root, when RDMAD_SKIP_LAB=1, or when it
 exits 2 (the lab cannot run) — except in CI (CI=true), where that is an error.
-A lab bench whose guest stopped answering (exit 3: the emulator froze it) runs once
-more on a new guest, and the table says so. The run fails (exit 1) only when a bench
-errors or prints no JSON; never on a number or a missed target.
+A lab bench whose guest stopped answering or never finished a boot (exit 3: the
+emulator froze it, or a boot hung) runs once more on a new guest, and the table says
+so. The run fails (exit 1) only when a bench errors or prints no JSON; never on a
+number or a missed target.
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
         return
     rc, timed_out, obj = attempt(b, quick)
     if b.lab and rc == EXIT_GUEST_STOPPED and not timed_out:
-        b.reruns.append("its guest stopped answering (the reason is above)")
-        print(f"== {b.name}: its guest stopped answering; running it once more", flush=True)
+        b.reruns.append("its guest stopped answering or never booted (the reason is above)")
+        print(f"== {b.name}: its guest stopped or never booted; running it once more", flush=True)
         rc, timed_out, obj = attempt(b, quick)
     limit = TIMEOUT_S["quick" if quick else "full"]
     if timed_out:
@@ -141,7 +142,7 @@ def run_one(b: Bench, quick: bool, ci: bool) -> None:
         b.status = "error" if ci else "skipped"
         b.reason = "the lab cannot run (exit 2; its reason is above)"
     elif b.lab and rc == EXIT_GUEST_STOPPED:
-        b.status, b.reason = "error", "its guest stopped answering twice"
+        b.status, b.reason = "error", "its guest stopped answering or never booted, twice"
     elif rc != 0:
         b.status, b.reason = "error", f"exit {rc}"
     elif obj is None:

@@ -130,11 +130,17 @@ def run_fake_lab_bench(tmp_path: Path, monkeypatch: Any, stops: int) -> Any:
 def test_a_lab_bench_whose_guest_stopped_runs_once_more(tmp_path: Path, monkeypatch: Any) -> None:
     runner, bench = run_fake_lab_bench(tmp_path, monkeypatch, stops=1)
     assert (bench.status, bench.result["run"]) == ("ok", 2)
-    assert bench.reruns == ["its guest stopped answering (the reason is above)"]
-    assert "ran twice: the first time its guest stopped answering" in runner.combined([bench])
+    assert bench.reruns == ["its guest stopped answering or never booted (the reason is above)"]
+    assert (
+        "ran twice: the first time its guest stopped answering or never booted"
+        in runner.combined([bench])
+    )
 
 
 def test_a_guest_that_stops_twice_is_an_error(tmp_path: Path, monkeypatch: Any) -> None:
     _, bench = run_fake_lab_bench(tmp_path, monkeypatch, stops=2)
-    assert (bench.status, bench.reason) == ("error", "its guest stopped answering twice")
+    assert (bench.status, bench.reason) == (
+        "error",
+        "its guest stopped answering or never booted, twice",
+    )
     assert (tmp_path / "bench_fake.runs").read_text() == "2"  # never a third time

@@ -18,8 +18,8 @@ from harness import (
     Guest,
     GuestAgent,
     GuestAgentSilent,
+    GuestBootStuck,
     GuestFrozen,
-    GuestTimeout,
     LabImage,
 )
 
@@ -36,8 +36,21 @@ class SilentAgent:
     def exec(self, argv: list[str], *, timeout: float, stdin: bytes | None = None) -> ExecResult:
         raise GuestAgentSilent("the guest agent did not answer in time")
 
+    def sync(self, timeout: float) -> None:
+        raise GuestAgentSilent("the guest agent did not answer in time")
+
     def close(self) -> None:
         pass
+
+
+class JobsAgent(SilentAgent):
+    """A guest agent that answers: systemd still waits for a unit."""
+
+    def sync(self, timeout: float) -> None:
+        pass
+
+    def exec(self, argv: list[str], *, timeout: float, stdin: bytes | None = None) -> ExecResult:
+        return ExecResult(0, "JOB UNIT TYPE STATE\n12 lab-restore.service start running\n", "")
 
 
 @pytest.fixture
@@ -142,6 +155,15 @@ def test_a_boot_that_stalls_is_a_frozen_guest(guest: Guest) -> None:
 
 def test_a_boot_that_is_only_slow_is_not(guest: Guest) -> None:
     guest.serial_log.write_text(BANNER + "still starting\n")
-    with pytest.raises(GuestTimeout) as exc:
+    with pytest.raises(GuestBootStuck) as exc:
         guest.wait_boot(0.0, started=time.monotonic())
     assert not isinstance(exc.value, GuestFrozen)
+    assert "still starting" in str(exc.value)
+    assert "systemd's pending jobs: the guest agent did not answer" in str(exc.value)
+
+
+def test_a_stuck_boot_says_what_systemd_waits_for(guest: Guest) -> None:
+    guest.agent = JobsAgent()  # type: ignore[assignment]
+    guest.serial_log.write_text(BANNER + "login prompt\n")
+    with pytest.raises(GuestBootStuck, match=r"lab-restore\.service start running"):
+        guest.wait_boot(0.0, started=time.monotonic())
