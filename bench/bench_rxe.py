@@ -19,7 +19,8 @@ a small stdlib poller running in the guest, every 2 ms):
 Modes, each with the other disabled, rdma_rxe loaded beforehand in both:
 
 * rdmad: running under systemd with ``[[rxe]] name = "rxbench", netdev = { name =
-  "benchv0" }`` (drift timer 1 h, so only events act);
+  "benchv0" }`` (drift timer 1 h, so only events act), at the unit's ``Nice=-5``;
+  with ``--nice0`` once more at nice 0 (a drop-in), to show what that gives;
 * udev rules, the usual hand-made alternative, reacting to the same events:
   ``ACTION=="add", SUBSYSTEM=="net", KERNEL=="benchv0", RUN+="rdma link add ..."``
   and ``ACTION=="remove", SUBSYSTEM=="infiniband", KERNEL=="rxbench", RUN+=...``;
@@ -54,6 +55,7 @@ LAB = True
 RXE = "rxbench"
 NETDEV = "benchv0"
 RULE = "/etc/udev/rules.d/90-rxe-bench.rules"
+DROPIN = "/etc/systemd/system/rdmad.service.d/90-bench-nice0.conf"
 ADD = f"/usr/bin/rdma link add {RXE} type rxe netdev {NETDEV}"
 RULE_TEXT = (
     f'ACTION=="add", SUBSYSTEM=="net", KERNEL=="{NETDEV}", RUN+="{ADD}"\n'
@@ -219,7 +221,11 @@ def measure(g: Guest, scenario: str, runs: int, gap: float, timeout: float) -> d
     }
 
 
-def run(g: Guest, runs: int, gap: float, timeout: float) -> dict[str, Any]:
+def _nice(g: Guest) -> str:
+    return str(g.check("ps -o ni= -p $(systemctl show -p MainPID --value rdmad.service)")).strip()
+
+
+def run(g: Guest, runs: int, gap: float, timeout: float, with_nice0: bool) -> dict[str, Any]:
     g.install_rdmad()
     g.check("cat > /tmp/bench_rxe_guest.py", stdin=GUEST_SCRIPT.encode())
     g.check("modprobe rdma_rxe")
@@ -227,11 +233,25 @@ def run(g: Guest, runs: int, gap: float, timeout: float) -> dict[str, Any]:
     log("bench: rdmad mode")
     g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=CONFIG.encode())
     g.check("systemctl restart rdmad.service", timeout=300)
+    log(f"bench: rdmad at nice {_nice(g)} (the unit's Nice=)")
     rdmad = {s: measure(g, s, runs, gap, timeout) for s in SCENARIOS}
     state = g.json("cat /var/lib/rdmad/state.json")
     causes = sorted(
         {h["cause"] for h in state["history"] if h["obj"] == f"rxe {RXE}" and h["cause"]}
     )
+    nice0 = None
+    if with_nice0:
+        g.check(
+            f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && cat > {DROPIN} && systemctl daemon-reload"
+            " && systemctl restart rdmad.service",
+            stdin=b"[Service]\nNice=0\n",
+            timeout=300,
+        )
+        log(f"bench: rdmad at nice {_nice(g)} (a drop-in)")
+        try:
+            nice0 = {s: measure(g, s, runs, gap, timeout) for s in SCENARIOS}
+        finally:
+            g.run(f"rm -f {DROPIN}; systemctl daemon-reload")
     g.check("systemctl stop rdmad.service", timeout=360)
 
     log("bench: udev RUN+= rule mode")
@@ -254,6 +274,7 @@ def run(g: Guest, runs: int, gap: float, timeout: float) -> dict[str, Any]:
         "rdmad": rdmad,
         "udev_rule": udev,
         "floor": floor,
+        **({"rdmad_nice0": nice0} if nice0 is not None else {}),
         "rdmad_history_causes": causes,
         "gap_s": gap,
         "headline": headline(rdmad, udev, floor),
@@ -292,12 +313,14 @@ MODES = (
     ("udev RUN+= rdma link add", "udev_rule"),
     ("floor: one netlink message", "floor"),
 )
+NICE0 = ("rdmad at Nice=0 (--nice0)", "rdmad_nice0")
 
 
 def print_table(r: dict[str, Any]) -> None:
     print(f"{'scenario / mode':<58} {'p50 ms':>9} {'p99 ms':>9} {'mean':>9} {'n':>4}")
+    modes = [*MODES, *([NICE0] if "rdmad_nice0" in r else [])]
     for scenario, what in SCENARIOS.items():
-        for label, key in MODES:
+        for label, key in modes:
             m = r[key][scenario]
             name = f"{what}: {label}"
             if m["p50_ms"] is None:
@@ -324,13 +347,18 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.5, help="idle seconds before each run")
     ap.add_argument("--timeout", type=float, default=20.0, help="per-run deadline (s)")
     ap.add_argument("--quick", action="store_true", help="3 runs per scenario and mode (CI)")
+    ap.add_argument(
+        "--nice0",
+        action="store_true",
+        help="also rdmad at nice 0 (a drop-in): what the unit's Nice=-5 gives",
+    )
     args = ap.parse_args()
     if args.quick:
         args.runs = 3
     pool = pool_or_exit("bench_rxe")
     started = time.monotonic()
     try:
-        result = run(pool.shared(), args.runs, args.gap, args.timeout)
+        result = run(pool.shared(), args.runs, args.gap, args.timeout, args.nice0)
     finally:
         pool.close()
     result["wall_s"] = round(time.monotonic() - started, 1)

@@ -105,7 +105,16 @@ async def _udev_triggers(events: AsyncIterable[UdevEvent]) -> AsyncIterator[Trig
             announced=e.source == "kernel",
             # A verbs device goes with its RDMA device, whose own `remove` follows.
             lagging=e.subsystem == "infiniband_verbs" and e.action == "remove",
+            echo=_echo(e),
         )
+
+
+def _echo(e: UdevEvent) -> tuple[int, bool] | None:
+    """What a netdev's add, rename or removal uevent repeats of the link news (see
+    ``Trigger.echo``); None for any other event."""
+    if e.subsystem != "net" or e.action not in ("add", "move", "remove") or not e.ifindex:
+        return None
+    return e.ifindex, e.action != "remove"
 
 
 async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:

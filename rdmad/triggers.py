@@ -9,7 +9,7 @@ increment each, and memory stays bounded however long a burst lasts.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 
 from rdmad.clock import Clock
@@ -18,6 +18,7 @@ MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
 MAX_LINK_NEWS = 256  # links whose news a batch keeps; past this, netdevs are read again
 LAG = 0.1  # s a lagging trigger waits for what follows it (see Trigger.lagging)
+MAX_LINKS_HEARD = 4096  # links whose news the queue remembers (see TriggerQueue.put)
 
 
 def device_names(touches: frozenset[str]) -> list[str]:
@@ -56,6 +57,8 @@ class Trigger:
     ``link``: the news a link event brings, (ifindex, its RTM_NEWLINK payload, or None
     when the link was deleted): a narrow pass made only of link news and RDMA device
     events knows the netdevs without reading them again (``Batch.link_news``).
+    ``echo``: a uevent about a link (add, move, remove), as (ifindex, present after it):
+    when the link news already told all of it, the queue drops it (``TriggerQueue.put``).
     """
 
     source: str
@@ -77,6 +80,7 @@ class Trigger:
     announced: bool = False
     lagging: bool = False
     link: tuple[int, bytes | None] | None = None
+    echo: tuple[int, bool] | None = None
 
 
 @dataclass(slots=True)
@@ -249,6 +253,10 @@ class TriggerQueue:
         self.module_removed_at: float | None = None
         # Netdev names a reaction waits for (the agent sets them when it arms one).
         self.awaited_netdevs: frozenset[str] = frozenset()
+        # Per ifindex, what link news said (names heard while present, present now),
+        # most recent last and bounded: what a uevent about the same link would repeat.
+        self._heard: OrderedDict[int, tuple[frozenset[str], bool]] = OrderedDict()
+        self.echoes = 0  # uevents dropped as echoes of link news already heard
 
     def put(self, trigger: Trigger) -> int:
         """Queue a trigger; returns its number: the pass whose status or plan reports
@@ -256,6 +264,14 @@ class TriggerQueue:
         if trigger.at == 0.0:
             now = self.clock.monotonic()
             trigger = replace(trigger, at=now)
+        self._hear(trigger)
+        if self._echoes(trigger):
+            # udevd's copy of a netdev's add or removal comes after its rules ran, up to
+            # seconds after the link news (8 s after a storm of 1,000): it would start
+            # a pass of its own, a few per pass, when everything it says is known.
+            self.echoes += 1
+            self.by_source[trigger.source] += 1  # an event heard all the same (metrics)
+            return self.total
         if trigger.added and not trigger.lagging and self._unawaited(trigger):
             # Another netdev than the one a reaction waits for: a pass for it alone would
             # hold the loop while the awaited one, announced next, waits behind it.
@@ -272,6 +288,36 @@ class TriggerQueue:
         else:
             self._wake(True)
         return self.total
+
+    def _hear(self, trigger: Trigger) -> None:
+        """Remember what link news says; lost news (a resync) forgets everything."""
+        if trigger.link is None:
+            if trigger.source == "netlink":
+                self._heard.clear()
+            return
+        index, message = trigger.link
+        present = message is not None
+        names = frozenset(device_names(trigger.touches))
+        known = self._heard.pop(index, None)
+        if known is not None and known[1] == present:
+            names |= known[0]  # a rename: both names are this link's
+        self._heard[index] = (names, present)
+        if len(self._heard) > MAX_LINKS_HEARD:
+            self._heard.popitem(last=False)
+
+    def _echoes(self, trigger: Trigger) -> bool:
+        """A uevent that says nothing the link news has not: same link, same state
+        (added or gone), no name the news did not carry. Not yet heard: not an echo
+        (the uevent came first, or the news was lost), so it is queued as before."""
+        if trigger.echo is None:
+            return False
+        index, present = trigger.echo
+        known = self._heard.get(index)
+        return (
+            known is not None
+            and known[1] == present
+            and known[0].issuperset(device_names(trigger.touches))
+        )
 
     def _unawaited(self, trigger: Trigger) -> bool:
         awaited = self.awaited_netdevs

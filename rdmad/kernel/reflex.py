@@ -52,6 +52,7 @@ TAKEN = frozenset({errno.EEXIST, errno.ENFILE})
 RETRY_FIRST = 0.001
 RETRY_MAX = 0.002
 RELEASE_WAIT = 1.0  # then the pass takes over (KernelHost's own release wait)
+SEQ = 1
 
 Gate = Callable[[AddRxe], bool]
 Outcome = NetlinkFailure | None  # None: the kernel made the link
@@ -65,7 +66,6 @@ class Firing:
     started: float
     outcome: asyncio.Future[Outcome]
     release_expected: bool  # fired by the removal of the device of that name
-    seq: int = 0
     sock: socket.socket | None = None
     retry: Cancellable | None = None
     pause: float = RETRY_FIRST
@@ -86,7 +86,8 @@ class RxeReflex:
         self._on_removed: dict[str, tuple[AddRxe, ...]] = {}
         self._gate: Gate | None = None
         self._fired: dict[str, Firing] = {}  # by rxe link name, until the pass takes it
-        self._seq = 0
+        # The armed adds' requests, built when armed rather than on the event path.
+        self._requests: dict[AddRxe, bytes] = {}
         self.fired = 0  # adds ever sent by a reflex (tests, benchmarks)
 
     @property
@@ -102,12 +103,17 @@ class RxeReflex:
         self._on_netdev = {k: tuple(v) for k, v in on_netdev.items() if v}
         self._on_removed = {k: tuple(v) for k, v in on_removed.items() if v}
         self._gate = gate
+        armed = [
+            a for adds in (*self._on_netdev.values(), *self._on_removed.values()) for a in adds
+        ]
+        self._requests = {a: _request(a) for a in armed}
         # An outcome no pass took (its pass did not apply that add): not news any more.
         for name in [n for n, f in self._fired.items() if f.outcome.done()]:
             del self._fired[name]
 
     def disarm(self) -> None:
         self._on_netdev, self._on_removed, self._gate = {}, {}, None
+        self._requests = {}
 
     def close(self) -> None:
         self.disarm()
@@ -166,27 +172,25 @@ class RxeReflex:
         if not gate(action):
             return
         loop = asyncio.get_running_loop()
-        self._seq = (self._seq + 1) & 0xFFFFFFFF or 1
-        payload = encode(newlink_attrs(action.name, "rxe", action.netdev))
         firing = Firing(
             action,
             self.clock.monotonic(),
             loop.create_future(),
             release_expected,
-            seq=self._seq,
-            message=pack_message(
-                nldev_type(CMD_NEWLINK), NLM_F_REQUEST | NLM_F_ACK, self._seq, payload
-            ),
+            message=self._requests.get(action) or _request(action),
         )
         self._fired[action.name] = firing
         self.fired += 1
         try:
             firing.sock = self._open()
-            loop.add_reader(firing.sock.fileno(), self._read, firing)
         except OSError as exc:
             self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
             return
+        # The send first: the kernel makes the device within it; the reader for its
+        # answer can be added after (the answer waits in the socket).
         self._send(firing)
+        if firing.sock is not None:
+            loop.add_reader(firing.sock.fileno(), self._read, firing)
         log.debug("%s: %s sent as the event was read", action.obj, action.describe())
 
     def _send(self, firing: Firing) -> None:
@@ -215,7 +219,7 @@ class RxeReflex:
             if data is None:
                 return
             for msg in split_messages(data):
-                if msg.type != NLMSG_ERROR or msg.seq != firing.seq:
+                if msg.type != NLMSG_ERROR or msg.seq != SEQ:
                     continue
                 code, text = parse_error(msg)
                 if code == 0:
@@ -248,6 +252,13 @@ class RxeReflex:
             sock.close()
         if not firing.outcome.done():
             firing.outcome.set_result(outcome)
+
+
+def _request(action: AddRxe) -> bytes:
+    """The RDMA netlink NEWLINK for ``action``; one sequence number will do, as each
+    add has a socket of its own."""
+    payload = encode(newlink_attrs(action.name, "rxe", action.netdev))
+    return pack_message(nldev_type(CMD_NEWLINK), NLM_F_REQUEST | NLM_F_ACK, SEQ, payload)
 
 
 def _open_rdma_socket() -> socket.socket:

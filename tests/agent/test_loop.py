@@ -90,6 +90,26 @@ async def test_burst_waits_for_quiet_but_not_forever(rig: RigFactory) -> None:
     await r.stop()
 
 
+async def test_stream_taken_in_small_batches_is_coalesced_as_a_burst(rig: RigFactory) -> None:
+    """Link news one every 30 ms for 9 s: a loop fast enough to take them in batches
+    below ``burst`` still waits for quiet (bounded by settle_max) once the stream is
+    long, instead of answering each small batch soon or a settle window later."""
+    r = await rig(desired(settle="150ms")).start()
+    await r.idle()
+    before = len(r.agent.passes)
+    for i in range(300):
+        r.agent.queue.put(Trigger("netlink", f"add v{i}", narrow=True, added=True))
+        await r.advance(0.03)
+    await r.advance(3.0, step=0.1)
+    await r.idle()
+    passes = list(r.agent.passes)[before:]
+    assert sum(p.triggers for p in passes) == 300
+    # Before the stream counted: 135 passes (1, 1, 1, 1, 6, ... for 9 s). Now the same
+    # while the first STREAM_BURSTS * burst triggers come, then one per settle_max: 21.
+    assert len(passes) <= 25, [p.triggers for p in passes]
+    await r.stop()
+
+
 async def test_converges_and_verifies_then_rests(rig: RigFactory) -> None:
     r = await rig(desired(("rxe0", "eth0"), ("rxe1", "eth1"))).start()
     await r.idle()

@@ -41,3 +41,27 @@ async def test_module_events_trigger_a_pass(action: str, module: str) -> None:
     [t] = triggers
     assert t.source == "udev" and t.driver
     assert t.detail == f"{action} module {module}"
+
+
+@pytest.mark.parametrize(
+    ("action", "echo"), [("add", (7, True)), ("move", (7, True)), ("remove", (7, False))]
+)
+async def test_netdev_uevents_say_what_link_news_they_echo(
+    action: str, echo: tuple[int, bool]
+) -> None:
+    event = UdevEvent(action, "net", "veth0", "/devices/virtual/net/veth0", 7, "veth0")
+    (trigger,) = [t async for t in _udev_triggers(ScriptedMonitor([event]))]
+    assert trigger.echo == echo
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        UdevEvent("change", "net", "veth0", "/devices/virtual/net/veth0", 7, "veth0"),
+        UdevEvent("add", "net", "veth0", "/devices/virtual/net/veth0", None, "veth0"),
+        UdevEvent("add", "pci", "0000:00:03.0", "/devices/pci0000:00/0000:00:03.0"),
+    ],
+)
+async def test_other_uevents_echo_nothing(event: UdevEvent) -> None:
+    (trigger,) = [t async for t in _udev_triggers(ScriptedMonitor([event]))]
+    assert trigger.echo is None

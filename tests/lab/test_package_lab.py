@@ -76,6 +76,8 @@ def test_deb_install_configure_reboot_upgrade_remove_purge(fresh_guest: Guest) -
     # Type=notify: active means READY=1 came (the first pass over the shipped config).
     assert _show(g, "ActiveState") == "active"
     assert _show(g, "StatusText") == "nothing declared"
+    # The unit's Nice=-5, set by systemd before the daemon drops its capabilities.
+    assert g.check("ps -o ni= -p $(systemctl show -p MainPID --value rdmad)").strip() == "-5"
     assert g.run("getent group rdmad").ok
     assert CONFIG in g.check("dpkg-query -W -f '${Conffiles}' rdmad")
     assert g.run("test -d /etc/rdmad/rdmad.d").ok

@@ -38,6 +38,8 @@ def test_unit_is_hardened_as_declared() -> None:
     assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_NETLINK"]
     assert s["SystemCallFilter"] == ["@system-service @module"]
     assert s["RuntimeDirectoryMode"] == ["0755"]  # the API group must reach the socket
+    assert s["Nice"] == ["-5"]  # ahead of busier processes on an event, never real-time
+    assert s["RestrictRealtime"] == ["yes"]
     assert s["StateDirectory"] == ["rdmad"] and s["RuntimeDirectory"] == ["rdmad"]
     assert "ProtectKernelModules" not in s  # loading modules is part of its job
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rdmad.triggers import LAG, MAX_LINK_NEWS, Trigger, TriggerQueue
+from rdmad.triggers import LAG, MAX_LINK_NEWS, MAX_LINKS_HEARD, Trigger, TriggerQueue
 from tests.support.fakeclock import FakeClock
 
 
@@ -228,3 +228,98 @@ def test_a_later_report_of_a_removal_does_not_make_its_re_add_stale() -> None:
     q.put(Trigger("netlink", "del eth0", stale=True, narrow=True, touches=frozenset({"eth0"})))
     b.absorb(q.take())  # type: ignore[arg-type]
     assert b.makes_stale(add, recreates="rxe0")  # its netdev went: stale all the same
+
+
+# --- uevents that echo link news ------------------------------------------------------------
+
+
+def link_news(index: int, *names: str, gone: bool = False) -> Trigger:
+    touches = frozenset({*names, f"ifindex:{index}"})
+    kind = "del" if gone else "add"
+    return Trigger(
+        "netlink",
+        f"{kind} {names[0]}",
+        narrow=True,
+        touches=touches,
+        link=(index, None if gone else b"msg"),
+    )
+
+
+def uevent(action: str, index: int, *names: str) -> Trigger:
+    """udevd's copy of a netdev's uevent, as daemon._udev_triggers makes it."""
+    return Trigger(
+        "udev",
+        f"{action} net {names[0]}",
+        narrow=True,
+        stale=action in ("move", "remove"),
+        touches=frozenset({*names, f"ifindex:{index}"}),
+        removed=action == "remove",
+        echo=(index, action != "remove"),
+    )
+
+
+def test_a_uevent_that_echoes_link_news_is_dropped() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(link_news(7, "veth0"))
+    assert q.take() is not None  # the pass for the news ran
+    # udevd's copy, seconds later: nothing new, no pass.
+    q.put(uevent("add", 7, "veth0"))
+    assert q.pending is None and q.echoes == 1 and q.total == 1
+    assert q.by_source["udev"] == 1  # heard all the same
+    q.put(link_news(7, "veth0", gone=True))
+    q.take()
+    q.put(uevent("remove", 7, "veth0"))
+    assert q.pending is None and q.echoes == 2
+
+
+def test_a_rename_heard_as_news_makes_both_names_the_links() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(link_news(7, "eth1"))
+    q.put(link_news(7, "enp1s0v0", "eth1"))  # udevd renamed it: news with both names
+    q.take()
+    q.put(uevent("move", 7, "enp1s0v0", "eth1"))
+    q.put(uevent("add", 7, "enp1s0v0"))
+    assert q.pending is None and q.echoes == 2
+
+
+def test_a_uevent_that_tells_more_than_the_news_is_queued() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(uevent("add", 7, "veth0"))  # before any news of the link: queued
+    assert q.pending is not None and q.pending.links_unknown
+    q.take()
+    q.put(link_news(7, "veth0"))
+    q.take()
+    q.put(uevent("remove", 7, "veth0"))  # the news said present: queued
+    q.take()
+    q.put(uevent("move", 7, "other", "veth0"))  # a name the news never carried: queued
+    q.take()
+    q.put(uevent("add", 8, "veth1"))  # another link: queued
+    assert q.take() is not None and q.echoes == 0
+    # Re-added under the same index after its removal: the old names are forgotten.
+    q.put(link_news(9, "a"))
+    q.put(link_news(9, "a", gone=True))
+    q.put(link_news(9, "b"))
+    q.take()
+    q.put(uevent("add", 9, "a"))
+    assert q.pending is not None and q.echoes == 0
+
+
+def test_lost_link_news_make_no_uevent_an_echo() -> None:
+    q = TriggerQueue(FakeClock())
+    q.put(link_news(7, "veth0"))
+    q.put(Trigger("netlink", "resync", stale=True))  # the news socket overflowed
+    q.take()
+    q.put(uevent("add", 7, "veth0"))
+    assert q.pending is not None and q.echoes == 0
+
+
+def test_the_links_heard_are_bounded() -> None:
+    q = TriggerQueue(FakeClock())
+    for i in range(1, MAX_LINKS_HEARD + 2):
+        q.put(link_news(i, f"v{i}"))
+    q.take()
+    q.put(uevent("add", 1, "v1"))  # the oldest was forgotten: queued
+    assert q.pending is not None
+    q.take()
+    q.put(uevent("add", MAX_LINKS_HEARD + 1, f"v{MAX_LINKS_HEARD + 1}"))
+    assert q.pending is None and q.echoes == 1
