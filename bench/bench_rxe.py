@@ -3,18 +3,20 @@
     sudo .venv/bin/python bench/bench_rxe.py [--runs 30] [--quick]
 
 Boots one lab guest (QEMU/TCG, kernel 6.1; see tests/lab/README.md), installs
-rdmad, and measures two scenarios in the guest with one clock (CLOCK_MONOTONIC of
-a small stdlib poller running in the guest, every 2 ms):
+rdmad, and measures two scenarios in the guest with the kernel's clock: a kprobe trace
+event on ``device_add`` and ``device_del`` for the two names (CLOCK_MONOTONIC, in a
+trace instance of the bench's own), so a sample is what the kernel did, not when a
+poller in user space happened to look. A stdlib poller (every 10 ms) only says when a
+run is over. Without tracefs or kprobes it falls back to the poller's clock (every
+2 ms; the JSON's ``clock`` says which):
 
 * **appear**: ``ip link add benchv0 type veth ...``; from ``/sys/class/net/benchv0``
-  appearing to ``/sys/class/infiniband/rxbench`` appearing. Between runs the veth is
-  deleted (its rxe link goes with it) and the node left idle for ``--gap`` s, so
+  being added to ``/sys/class/infiniband/rxbench`` being added. Between runs the veth
+  is deleted (its rxe link goes with it) and the node left idle for ``--gap`` s, so
   every run meets an idle rdmad (the leading edge).
 * **delete**: ``rdma link delete rxbench`` while benchv0 stays; from the ib device
-  vanishing to it being back. A device replaced between two polls (its sysfs directory
-  has another inode number, the old one was never seen gone) counts as one poll
-  interval, an upper bound: before this the poller waited for an absence it never saw,
-  and such a fast re-add was counted as a miss (a "20 s stall" of `rdma link delete`).
+  being removed to it being added again. (With the poller's clock, a device replaced
+  between two polls counts as one poll interval, an upper bound.)
 
 Modes, each with the other disabled, rdma_rxe loaded beforehand in both:
 
@@ -129,14 +131,66 @@ while True:
             add()
 """.replace("NETDEV", NETDEV).replace("RXE", RXE)
 
-# Runs in the guest with its own python3 (stdlib only). Prints one JSON list.
+# Runs in the guest with its own python3 (stdlib only). Prints one JSON object: the
+# clock used ("kernel" or "poll") and one sample (s) or None (a miss) per run.
 GUEST_SCRIPT = r"""
-import json, os, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 scenario, runs, gap, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 net, ib = "/sys/class/net/NETDEV", "/sys/class/infiniband/RXE"
 add = ["ip", "link", "add", "NETDEV", "type", "veth", "peer", "name", "benchp0"]
+T = "/sys/kernel/tracing"
+I = T + "/instances/rdmadbench"
+PROBES = ["p:rdmadbench/devadd device_add name=+0(+0($arg1)):string",
+          "p:rdmadbench/devdel device_del name=+0(+0($arg1)):string"]
+LINE = re.compile(r"\s(\d+\.\d+): (devadd|devdel): .* name=\"([^\"]*)\"")
 
-POLL = 0.002
+def put(path, text, append=False):
+    # os.open: Python's own append mode seeks to the end, which tracefs refuses.
+    fd = os.open(path, os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC))
+    try:
+        os.write(fd, (text + "\n").encode())
+    finally:
+        os.close(fd)
+
+def untrace():
+    steps = [lambda: put(I + "/events/rdmadbench/enable", "0"), lambda: os.rmdir(I)]
+    steps += [lambda p=p: put(T + "/kprobe_events", "-:" + p.split()[0][2:], True) for p in PROBES]
+    for step in steps:
+        try:
+            step()
+        except OSError:
+            pass
+
+def trace():
+    # The kernel's own clock for both ends: device_add/device_del of the two names,
+    # CLOCK_MONOTONIC, in a trace instance of this bench's.
+    try:
+        untrace()
+        for p in PROBES:
+            put(T + "/kprobe_events", p, True)
+        os.mkdir(I)
+        put(I + "/trace_clock", "mono")
+        put(I + "/events/rdmadbench/filter", 'name == "NETDEV" || name == "RXE"')
+        put(I + "/events/rdmadbench/enable", "1")
+        return True
+    except OSError:
+        untrace()
+        return False
+
+def events():
+    with open(I + "/trace") as f:
+        return [(float(m[1]), m[2], m[3]) for m in LINE.finditer(f.read())]
+
+def from_trace(start_kind, start_name):
+    ev = events()
+    start = next((t for t, k, n in ev if (k, n) == (start_kind, start_name)), None)
+    if start is None:
+        return None
+    end = next((t for t, k, n in ev if (k, n) == ("devadd", "RXE") and t >= start), None)
+    return None if end is None else end - start
+
+traced = trace()
+POLL = 0.01 if traced else 0.002  # traced: the poller only says when a run is over
 
 def wait(pred, until):
     while time.monotonic() < until:
@@ -153,47 +207,61 @@ def ino():  # a new device is a new sysfs directory: another inode number
         return None
 
 out = []
-if scenario == "delete":
-    if not os.path.exists(net):
-        subprocess.run(add, check=True)
-    wait(lambda: os.path.exists(ib), time.monotonic() + timeout)
-for i in range(runs):
-    replaced = False
-    if scenario == "appear":
-        try:
-            subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL,
-                           timeout=timeout)
-        except subprocess.TimeoutExpired:  # the kernel holds the netdev: the rest are misses
-            out += [None] * (runs - i)
-            break
-        wait(lambda: not os.path.exists(ib), time.monotonic() + timeout)
-        time.sleep(gap)
-        proc = subprocess.Popen(add)
-        start = wait(lambda: os.path.exists(net), time.monotonic() + timeout)
-    else:
-        if wait(lambda: os.path.exists(ib), time.monotonic() + timeout) is None:
-            out.append(None)
-            continue
-        time.sleep(gap)
-        old = ino()
-        proc = subprocess.Popen(["rdma", "link", "delete", "RXE"])
-        start = wait(lambda: ino() != old, time.monotonic() + timeout)
-        # Gone and back between two polls: at most one poll (an upper bound).
-        replaced = start is not None and ino() is not None
-    if start is None:
-        end = None
-    else:
-        end = start + POLL if replaced else wait(lambda: os.path.exists(ib), start + timeout)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass  # the kernel holds the command: a miss, not an error
-    out.append(None if start is None or end is None else end - start)
 try:
-    subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL, timeout=timeout)
-except subprocess.TimeoutExpired:
-    pass
-print(json.dumps(out))
+    if scenario == "delete":
+        if not os.path.exists(net):
+            subprocess.run(add, check=True)
+        wait(lambda: os.path.exists(ib), time.monotonic() + timeout)
+    for i in range(runs):
+        replaced = False
+        if scenario == "appear":
+            try:
+                subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL,
+                               timeout=timeout)
+            except subprocess.TimeoutExpired:  # the kernel holds the netdev: the rest are misses
+                out += [None] * (runs - i)
+                break
+            wait(lambda: not os.path.exists(ib), time.monotonic() + timeout)
+            time.sleep(gap)
+            if traced:
+                put(I + "/trace", "")
+            proc = subprocess.Popen(add)
+            start = wait(lambda: os.path.exists(net), time.monotonic() + timeout)
+        else:
+            if wait(lambda: os.path.exists(ib), time.monotonic() + timeout) is None:
+                out.append(None)
+                continue
+            time.sleep(gap)
+            if traced:
+                put(I + "/trace", "")
+            old = ino()
+            proc = subprocess.Popen(["rdma", "link", "delete", "RXE"])
+            start = wait(lambda: ino() != old, time.monotonic() + timeout)
+            # Gone and back between two polls: at most one poll (an upper bound).
+            replaced = start is not None and ino() is not None
+        if start is None:
+            end = None
+        else:
+            end = start + POLL if replaced else wait(lambda: os.path.exists(ib), start + timeout)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass  # the kernel holds the command: a miss, not an error
+        if start is None or end is None:
+            out.append(None)
+        elif traced:
+            first = ("devadd", "NETDEV") if scenario == "appear" else ("devdel", "RXE")
+            out.append(from_trace(*first))
+        else:
+            out.append(end - start)
+    try:
+        subprocess.run(["ip", "link", "del", "NETDEV"], stderr=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+finally:
+    if traced:
+        untrace()
+print(json.dumps({"clock": "kernel" if traced else "poll", "samples": out}))
 """.replace("NETDEV", NETDEV).replace("RXE", RXE)
 
 
@@ -203,14 +271,16 @@ def pct(values: list[float], p: float) -> float:
 
 
 def measure(g: Guest, scenario: str, runs: int, gap: float, timeout: float) -> dict[str, Any]:
-    raw = g.json(
+    got = g.json(
         f"python3 /tmp/bench_rxe_guest.py {scenario} {runs + 1} {gap} {timeout}",
         timeout=(runs + 1) * (gap + 2 * timeout + 5) + 60,
     )
+    raw = got["samples"]
     samples = [s for s in raw[1:] if s is not None]  # first run: warm-up
     missed = sum(1 for s in raw[1:] if s is None)
     ms = [s * 1000 for s in samples]
     return {
+        "clock": got["clock"],
         "runs": len(samples),
         "missed": missed,
         "p50_ms": pct(ms, 50) if ms else None,

@@ -10,20 +10,26 @@ every property of every uevent the node sends (a driver reload's hundreds) into 
 object. The format is the kernel's (lib/kobject_uevent.c): ``action@devpath`` and then
 ``KEY=value`` strings, each NUL-terminated.
 
-Only messages from the kernel itself count (sender port 0; udevd's rebroadcasts go to
-another group). An overflow (ENOBUFS) yields one "resync" event, as ``UdevMonitor``
-does. The daemon reads only RDMA devices so: a netdev's name settles only after udevd
-ran its rules.
+The kernel drops the other subsystems' uevents before they reach the socket
+(``uevent_filter``: a veth pair's queues, a driver reload's hundreds), so they do not
+wake the reader. Only messages from the kernel itself count (sender port 0; udevd's
+rebroadcasts go to another group). An overflow (ENOBUFS) yields one "resync" event,
+as ``UdevMonitor`` does. The daemon reads only RDMA devices so: a netdev's name
+settles only after udevd ran its rules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable, Collection, Mapping
 
 from rdmad.kernel.nlsock import open_netlink_socket
 from rdmad.kernel.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
+from rdmad.kernel.uevent_filter import attach_uevent_filter
+
+log = logging.getLogger(__name__)
 
 NETLINK_KOBJECT_UEVENT = 15
 KERNEL_GROUP = 1
@@ -71,6 +77,12 @@ class KernelUevents(QueuedEvents):
         self._sock: socket.socket | None = open_netlink_socket(
             NETLINK_KOBJECT_UEVENT, groups=KERNEL_GROUP, rcvbuf=receive_buffer
         )
+        self.filtered = True  # the kernel drops other subsystems' uevents (uevent_filter)
+        try:
+            attach_uevent_filter(self._sock, self.wanted)
+        except (OSError, ValueError) as exc:  # read them all then; the markers still sort
+            self.filtered = False
+            log.warning("uevent socket filter not attached (%s): every uevent is read", exc)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Called with each wanted event as it is read, before it is queued
         # (``kernel.reflex``: an rxe add sent from here).

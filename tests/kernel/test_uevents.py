@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from rdmad.kernel.udev import WANTED, UdevEvent
+from rdmad.kernel.uevent_filter import attach_uevent_filter
 from rdmad.kernel.uevents import NETLINK_KOBJECT_UEVENT, KernelUevents, parse_uevent
 
 DEADLINE = 10.0
@@ -102,3 +103,75 @@ async def test_the_kernels_events_are_read_and_a_forged_one_is_not(
         collect(events), DEADLINE
     )  # closed: what was queued, then the end
     assert all(e.source == "kernel" for e in rest)
+
+
+def raw_uevent_socket(subsystems: tuple[str, ...] | None) -> socket.socket:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_KOBJECT_UEVENT)
+    if subsystems is not None:
+        attach_uevent_filter(sock, subsystems)
+    sock.bind((0, 1))
+    sock.settimeout(DEADLINE)
+    return sock
+
+
+def read_until(sock: socket.socket, last: set[str]) -> list[tuple[str, str]]:
+    """(header, subsystem) of each uevent read, until every header in ``last`` was."""
+    seen: list[tuple[str, str]] = []
+    for _ in range(10_000):  # bounded; each recv waits at most DEADLINE
+        fields = sock.recv(8192).split(b"\0")
+        sub = next((f[10:] for f in fields if f.startswith(b"SUBSYSTEM=")), b"")
+        seen.append((fields[0].decode(), sub.decode()))
+        if last <= {header for header, _ in seen}:
+            return seen
+    raise AssertionError(f"{last} not all read")
+
+
+@pytest.mark.netns
+@root_only
+def test_the_kernel_drops_other_subsystems_before_the_socket(
+    veth_names: tuple[str, str],
+) -> None:
+    """A veth pair's queue uevents reach a socket without the filter, not one with it;
+    the net uevents reach both, in the same order."""
+    a, b = veth_names
+    with raw_uevent_socket(None) as every, raw_uevent_socket(("net",)) as net:
+        subprocess.run(
+            ["ip", "link", "add", a, "type", "veth", "peer", "name", b],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["ip", "link", "del", a], check=True, capture_output=True)
+        last = {f"remove@/devices/virtual/net/{n}" for n in (a, b)}
+        seen_every, seen_net = read_until(every, last), read_until(net, last)
+    ours = (f"/net/{a}", f"/net/{b}")
+    queues = [h for h, sub in seen_every if sub == "queues" and any(o in h for o in ours)]
+    assert queues  # without the filter, the queues' uevents come
+    assert all(sub == "net" for _, sub in seen_net), seen_net
+
+    def pair(seen: list[tuple[str, str]]) -> list[str]:
+        return [h for h, sub in seen if sub == "net" and h.endswith(ours)]
+
+    assert len(pair(seen_net)) == 4 and pair(seen_net) == pair(seen_every)
+
+
+@pytest.mark.netns
+@root_only
+def test_the_reader_attaches_the_filter_and_reads_on_without_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = KernelUevents(RDMA)
+    try:
+        assert events.filtered
+    finally:
+        events.close()
+
+    def refuse(sock: socket.socket, subsystems: object) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr("rdmad.kernel.uevents.attach_uevent_filter", refuse)
+    events = KernelUevents(RDMA)
+    try:
+        assert not events.filtered
+        assert "every uevent is read" in caplog.text
+    finally:
+        events.close()
