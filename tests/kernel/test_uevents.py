@@ -156,7 +156,7 @@ def test_the_kernel_drops_other_subsystems_before_the_socket(
 
 @pytest.mark.netns
 @root_only
-def test_the_reader_attaches_the_filter_and_reads_on_without_it(
+def test_the_reader_attaches_the_filter_and_warns_when_the_kernel_refuses_it(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     events = KernelUevents(RDMA)
