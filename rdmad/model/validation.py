@@ -95,18 +95,22 @@ def _value(data: Any, tp: Any, loc: Loc, problems: list[Problem]) -> Any:
         afters = [m for m in meta if isinstance(m, After)]
         kept = [m for m in meta if isinstance(m, msgspec.Meta)]
         tp = Annotated[(base, *kept)] if kept else base
-    for check in befores:
-        try:
-            data = check.fn(data)
-        except ValueError as exc:
-            problems.append((loc, str(exc)))
-            return _INVALID
+    data = _checked(befores, data, loc, problems)
+    if isinstance(data, _Invalid):
+        return data
     value = _typed(data, tp, loc, problems)
     if isinstance(value, _Invalid):
         return value
-    for after in afters:
+    return _checked(afters, value, loc, problems)
+
+
+def _checked(
+    checks: list[Before] | list[After], value: Any, loc: Loc, problems: list[Problem]
+) -> Any:
+    """``value`` through each check in turn; the first ValueError is the problem."""
+    for check in checks:
         try:
-            value = after.fn(value)
+            value = check.fn(value)
         except ValueError as exc:
             problems.append((loc, str(exc)))
             return _INVALID
