@@ -39,6 +39,7 @@ from rdmad.model import (  # noqa: E402
     VfObserved,
     VfSettings,
 )
+from rdmad.model.validation import validate  # noqa: E402
 from rdmad.reconcile import plan  # noqa: E402
 from rdmad.reconcile.detail import Describer, describe  # noqa: E402
 
@@ -66,8 +67,8 @@ def node(drifted: bool) -> tuple[Desired, Observed]:
         for i in range(VFS)
     ]
     rxe = [{"name": f"rxe{i}", "netdev": {"name": f"eth{i}"}} for i in range(4)]
-    desired = Desired.model_validate(
-        {"sriov": [{"pf": {"pci": PF}, "numvfs": VFS, "vf": vfs}], "rxe": rxe}
+    desired = validate(
+        Desired, {"sriov": [{"pf": {"pci": PF}, "numvfs": VFS, "vf": vfs}], "rxe": rxe}
     )
     observed_vfs = tuple(
         VfObserved(

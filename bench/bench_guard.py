@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_guard.py [-n 30] [--lab] [--quick]
 
 The guard runs inside `modprobe -r` as a new process: interpreter start, its imports
-(no pydantic, no aiohttp), one walk of /proc for open vfio/uverbs files, libvirt's
+(no config schema, no aiohttp), one walk of /proc for open vfio/uverbs files, libvirt's
 status files, the VFs of every PF bound to the driver. Each sample is a new process;
 the guard and bare python alternate so load hits both alike.
 

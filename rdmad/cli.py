@@ -131,7 +131,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     d = loaded.desired
     if args.json:
-        _print_json({"valid": True, "files": list(loaded.files), "desired": d.model_dump()})
+        from msgspec import to_builtins
+
+        _print_json({"valid": True, "files": list(loaded.files), "desired": to_builtins(d)})
     else:
         files = ", ".join(loaded.files) or "no config files (nothing declared)"
         print(f"config OK: {files}")

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
 from rdmad.model import ApiSpec, DaemonSpec, Desired, MetricsSpec, NetdevRef
+from rdmad.model.validation import Loc, SpecError, render, validate
 
 DEFAULT_DIR = Path("/etc/rdmad")
 MAIN_FILE = "rdmad.toml"
@@ -44,8 +43,7 @@ DROPIN_DIR = "rdmad.d"
 # (a log or image copied into rdmad.d) and reading it whole would cost the daemon memory.
 MAX_FILE_BYTES = 1024 * 1024
 
-Loc = tuple[str | int, ...]
-_SpecT = TypeVar("_SpecT", bound=BaseModel)
+_SpecT = TypeVar("_SpecT", DaemonSpec, MetricsSpec, ApiSpec)
 
 
 @dataclass(frozen=True)
@@ -251,11 +249,11 @@ def _section_settings(location: Path, section: str, spec: type[_SpecT]) -> _Spec
     good = {}
     for key, value in table.items():
         try:
-            spec.model_validate({key: value})
-        except ValidationError:
+            validate(spec, {key: value})
+        except SpecError:
             continue
         good[key] = value
-    return spec.model_validate(good)
+    return validate(spec, good)
 
 
 def _merge_readable(location: Path) -> _Merger:
@@ -304,7 +302,7 @@ def effective(location: Path = DEFAULT_DIR) -> Effective:
     values = []
     for loc, value in _leaves(merger.merged, ()):
         file, file_key = merger.origin(loc)
-        values.append(ValueOrigin(_render(loc), value, file, file_key))
+        values.append(ValueOrigin(render(loc), value, file, file_key))
     return Effective(merger.merged, tuple(values), tuple(_display(p) for p in files), tuple(errors))
 
 
@@ -354,24 +352,14 @@ def parse(docs: Iterable[tuple[str, dict[str, Any]]]) -> tuple[Desired | None, l
         merger.add(file, doc)
     errors: list[ConfigError] = []
     try:
-        desired = Desired.model_validate(merger.merged)
-    except ValidationError as exc:
-        for err in exc.errors():
-            file, path = merger.origin(tuple(err["loc"]))
-            errors.append(ConfigError(file, path, _message(err)))
+        desired = validate(Desired, merger.merged)
+    except SpecError as exc:
+        for loc, message in exc.problems:
+            file, path = merger.origin(loc)
+            errors.append(ConfigError(file, path, message))
         return None, errors
     errors.extend(_cross_checks(desired, merger))
     return (None if errors else desired), errors
-
-
-def _message(err: Any) -> str:
-    msg = str(err["msg"])
-    msg = msg.removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    if err["type"] == "missing":
-        return "required key is missing"
-    return msg
 
 
 def _cross_checks(desired: Desired, merger: _Merger) -> list[ConfigError]:
@@ -395,16 +383,6 @@ def _cross_checks(desired: Desired, merger: _Merger) -> list[ConfigError]:
     return errors
 
 
-def _render(loc: Iterable[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 class _Merger:
     """Merges documents by object identity and remembers where each key came from."""
 
@@ -419,8 +397,8 @@ class _Merger:
             hit = self._origin.get(loc[:cut])
             if hit is not None:
                 file, file_loc = hit
-                return file, _render(file_loc + loc[cut:])
-        return self._last_file, _render(loc)
+                return file, render(file_loc + loc[cut:])
+        return self._last_file, render(loc)
 
     def _set(self, loc: Loc, file: str, file_loc: Loc) -> None:
         self._origin[loc] = (file, file_loc)

@@ -2,7 +2,7 @@
 
 Pure and standard-library only, because two very different programs decide with it:
 the daemon's planner (``rdmad.reconcile.peermem``) and ``rdmad-ctl doctor``
-(``rdmad.doctor``, which must start fast and never pull pydantic). Both must say the
+(``rdmad.doctor``, which must start fast and never pull the config schema). Both must say the
 same thing in the same words about the same node.
 
 Nothing here opens a file. ``gather()`` asks a ``Reader`` it is given: the kernel

@@ -18,9 +18,11 @@ Two promises survive the move:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -125,10 +127,33 @@ class Services:
 def import_services() -> float:
     """Import the API and metrics modules (in a worker thread); returns seconds taken."""
     started = time.monotonic()
-    import rdmad.api  # aiohttp
-    import rdmad.api.metrics  # prometheus_client  # noqa: F401
+    with no_ca_bundle():
+        import rdmad.api  # aiohttp
+        import rdmad.api.metrics  # prometheus_client  # noqa: F401
 
     return time.monotonic() - started
+
+
+@contextmanager
+def no_ca_bundle() -> Iterator[None]:
+    """OpenSSL's default CA file is empty inside (``SSL_CERT_FILE``); as it was after.
+
+    Importing aiohttp builds its HTTP client's two default SSL contexts, and OpenSSL
+    parses the system's whole CA bundle for them: ~35 ms on a host, ~0.7 s of the
+    import under emulation (bench/RESULTS.md). rdmad serves a UNIX socket and plain
+    HTTP on loopback and never opens a TLS connection (its unit allows AF_UNIX and
+    AF_NETLINK only), so nothing uses those contexts. Set for the import alone: a
+    child started meanwhile (modprobe) inherits it, and uses no TLS either.
+    """
+    saved = os.environ.get("SSL_CERT_FILE")
+    os.environ["SSL_CERT_FILE"] = os.devnull
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SSL_CERT_FILE", None)
+        else:
+            os.environ["SSL_CERT_FILE"] = saved
 
 
 async def start_services(

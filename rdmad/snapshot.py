@@ -18,9 +18,8 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 
-from pydantic import ValidationError
-
 from rdmad.model import NO_DRIVER, Observed, PfObserved, VfObserved, VfSettings, VfSpec
+from rdmad.model.validation import SpecError, validate
 
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ZERO_MAC = "00:00:00:00:00:00"
@@ -181,9 +180,9 @@ def _undeclarable(key: str, value: object, s: VfSettings) -> str:
     if key in ("qos", "vlan_proto"):
         fields["vlan"] = s.vlan
     try:
-        VfSpec.model_validate(fields)
-    except ValidationError as exc:
-        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        validate(VfSpec, fields)
+    except SpecError as exc:
+        return exc.problems[0][1]
     return ""
 
 

@@ -2,7 +2,7 @@
 
 The file's format is rdmad/state.py's (``version``, ``boot_id``, ``started_at``,
 ``managed_rxe``, ``applied``, ``last_errors``, ``history``). It is parsed here with
-``json`` alone: importing rdmad.state would pull in the daemon's stack (pydantic,
+``json`` alone: importing rdmad.state would pull in the daemon's stack (msgspec,
 structlog) and cost rdmad-ctl its fast start. Every problem becomes words, never
 an exception: this runs exactly when something is already wrong.
 """

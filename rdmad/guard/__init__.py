@@ -3,8 +3,9 @@
 Standalone: it runs inside `modprobe -r` (the modprobe.d hook rdmad writes), from the
 openibd drop-in and as `rdmad-ctl guard check`, with the daemon up or down. It decides
 from the kernel directly with the planner's own usage detection (``rdmad.kernel.usage``),
-imports no pydantic, pyroute2, aiohttp or structlog (a contract in pyproject.toml), and
-never hangs: a hard deadline refuses (unless forced) rather than keep modprobe waiting.
+imports no config schema (msgspec), pyroute2, aiohttp or structlog (a contract in
+pyproject.toml), and never hangs: a hard deadline refuses (unless forced) rather than
+keep modprobe waiting.
 
 * ``decide``: the decision, pure over a ``Sysfs`` and the RDMA links;
 * ``caller``: who asked (the process chain above the hook), for the journal;

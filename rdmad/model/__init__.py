@@ -1,7 +1,8 @@
 """The data rdmad reasons about: what is declared, what the kernel shows, what to do.
 
 * ``values``: the value types of the config (MACs, GUIDs, PCI addresses, durations);
-* ``desired``: ``Desired`` and its parts, pydantic models that are the config schema;
+* ``desired``: ``Desired`` and its parts, msgspec Structs that are the config schema;
+* ``validation``: data -> those Structs, every error with its key path;
 * ``observed``: ``Observed`` and its parts, frozen snapshots of the kernel; ``PlanState``;
 * ``actions``: one kernel change each (``Blocked``, ``Waiting`` and notes change nothing);
 * ``status``: per-object status derived from a plan.
@@ -90,8 +91,8 @@ if TYPE_CHECKING:
     )
 
 # Where each name lives. Submodules load on first use (PEP 562): the kernel layer and
-# the guard need only ``observed`` and must not pay for pydantic (``desired``, ``values``),
-# about 130 ms of a guard decision that runs inside `modprobe -r`.
+# the guard need only ``observed`` and must not pay for the config schema (``desired``,
+# ``values``, msgspec) in a decision that runs inside `modprobe -r`.
 _HOME = {
     "Action": "rdmad.model.actions",
     "AddRxe": "rdmad.model.actions",

@@ -1,20 +1,18 @@
-"""What is declared: pydantic models that are the config schema, so validation (every
-error with its key path) comes from the schema itself."""
+"""What is declared: frozen msgspec Structs that are the config schema, so validation
+(every error with its key path, ``rdmad.model.validation``) comes from the schema itself.
+
+Build them from data with ``validate(Desired, data)``; a Struct built directly checks
+only its ``__post_init__`` rules (the field checks are the validation's)."""
 
 from __future__ import annotations
 
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+import msgspec
+from msgspec import Meta, field
 
+from rdmad.model.validation import After, Before
 from rdmad.model.values import (
     AnyMac,
     Guid,
@@ -32,27 +30,25 @@ from rdmad.model.values import (
 # --- desired state (the config schema) ----------------------------------------------
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+class _Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Immutable and hashable; keys are keywords, as in the config."""
 
 
-def _one_of(model: BaseModel, keys: tuple[str, ...], what: str) -> None:
+def _one_of(model: _Spec, keys: tuple[str, ...], what: str) -> None:
     given = [k for k in keys if getattr(model, k) is not None]
     if len(given) != 1:
         raise ValueError(f"{what} needs exactly one of {', '.join(keys)}; got {len(given)}")
 
 
-class NetdevRef(_Spec):
+class NetdevRef(_Spec, frozen=True):
     """How to find a netdev: by name, permanent/current MAC, or PCI address."""
 
     name: IfName | None = None
     mac: AnyMac | None = None
     pci: PciAddress | None = None
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> NetdevRef:
+    def __post_init__(self) -> None:
         _one_of(self, ("name", "mac", "pci"), "a netdev reference")
-        return self
 
     def describe(self) -> str:
         if self.name is not None:
@@ -62,7 +58,7 @@ class NetdevRef(_Spec):
         return f"netdev of PCI {self.pci}"
 
 
-class PfRef(NetdevRef):
+class PfRef(NetdevRef, frozen=True):
     """How to find a physical function; same keys as a netdev reference."""
 
     def key(self) -> str:
@@ -81,29 +77,28 @@ class PfRef(NetdevRef):
         return f"PF with MAC {self.mac}"
 
 
-class VfSpec(_Spec):
+class VfSpec(_Spec, frozen=True):
     """Declared settings of one VF; an attribute left out is never touched."""
 
-    index: int = Field(ge=0, le=4095)
+    index: Annotated[int, Meta(ge=0, le=4095)]
     mac: UnicastMac | None = None
-    vlan: int | None = Field(default=None, ge=0, le=4094)
-    qos: int | None = Field(default=None, ge=0, le=7)
+    vlan: Annotated[int, Meta(ge=0, le=4094)] | None = None
+    qos: Annotated[int, Meta(ge=0, le=7)] | None = None
     vlan_proto: VlanProto | None = None
     spoofchk: bool | None = None
     trust: bool | None = None
     link_state: LinkState | None = None
-    min_tx_rate: int | None = Field(default=None, ge=0)
-    max_tx_rate: int | None = Field(default=None, ge=0)
+    min_tx_rate: Annotated[int, Meta(ge=0)] | None = None
+    max_tx_rate: Annotated[int, Meta(ge=0)] | None = None
     query_rss: bool | None = None
     # A kernel driver name, or "none" to keep the VF unbound.
-    driver: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
+    driver: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
     in_use_drift: InUseDriftPolicy | None = None  # None: the PF's setting
     node_guid: Guid | None = None
     port_guid: Guid | None = None
     policy: IbPolicy | None = None
 
-    @model_validator(mode="after")
-    def _coherent(self) -> VfSpec:
+    def __post_init__(self) -> None:
         if (self.qos is not None or self.vlan_proto is not None) and self.vlan is None:
             raise ValueError("qos and vlan_proto need vlan to be set as well")
         if (
@@ -115,18 +110,16 @@ class VfSpec(_Spec):
             raise ValueError(
                 f"min_tx_rate {self.min_tx_rate} is above max_tx_rate {self.max_tx_rate}"
             )
-        return self
 
 
-class SriovSpec(_Spec):
+class SriovSpec(_Spec, frozen=True):
     pf: PfRef
-    numvfs: int = Field(ge=0, le=4096)
+    numvfs: Annotated[int, Meta(ge=0, le=4096)]
     driver_guard: bool = True
     in_use_drift: InUseDriftPolicy = "report"
     vf: tuple[VfSpec, ...] = ()
 
-    @model_validator(mode="after")
-    def _vf_indexes(self) -> SriovSpec:
+    def __post_init__(self) -> None:
         seen: set[int] = set()
         problems = []
         for v in self.vf:
@@ -140,14 +133,13 @@ class SriovSpec(_Spec):
                 )
         if problems:
             raise ValueError("; ".join(problems))
-        return self
 
     @property
     def obj(self) -> str:
         return f"sriov {self.pf.key()}"
 
 
-class RxeSpec(_Spec):
+class RxeSpec(_Spec, frozen=True):
     name: RdmaName
     netdev: NetdevRef
 
@@ -156,14 +148,14 @@ class RxeSpec(_Spec):
         return f"rxe {self.name}"
 
 
-class PeermemSpec(_Spec):
+class PeermemSpec(_Spec, frozen=True):
     mode: Literal["auto", "require", "off"] = "auto"
 
 
-class DaemonSpec(_Spec):
-    drift_interval: Annotated[float, Field(ge=1.0), BeforeValidator(parse_duration)] = 300.0
-    settle: Annotated[float, Field(le=10.0), BeforeValidator(parse_duration)] = 0.15
-    startup_timeout: Annotated[float, Field(gt=0.0), BeforeValidator(parse_duration)] = 30.0
+class DaemonSpec(_Spec, frozen=True):
+    drift_interval: Annotated[float, Meta(ge=1.0), Before(parse_duration)] = 300.0
+    settle: Annotated[float, Meta(le=10.0), Before(parse_duration)] = 0.15
+    startup_timeout: Annotated[float, Meta(gt=0.0), Before(parse_duration)] = 30.0
     log_format: Literal["auto", "json", "logfmt", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     state_dir: str = "/var/lib/rdmad"
@@ -172,14 +164,14 @@ class DaemonSpec(_Spec):
 _GROUP = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"  # a Unix group name
 
 
-class ApiSpec(_Spec):
+class ApiSpec(_Spec, frozen=True):
     """The local UNIX-socket API (docs/API.md)."""
 
     socket: str = "/run/rdmad/rdmad.sock"
     # Members may read status, plan, history, config, metrics (root always may).
-    read_group: Annotated[str, Field(pattern=_GROUP)] = "rdmad"
+    read_group: Annotated[str, Meta(pattern=_GROUP)] = "rdmad"
     # Members may also reload and reconcile; None: root only.
-    write_group: Annotated[str, Field(pattern=_GROUP)] | None = None
+    write_group: Annotated[str, Meta(pattern=_GROUP)] | None = None
     enabled: bool = True
 
 
@@ -203,21 +195,21 @@ def _loopback_only(value: str) -> str:
     return value
 
 
-class MetricsSpec(_Spec):
+class MetricsSpec(_Spec, frozen=True):
     """Prometheus metrics: always on the API socket at /metrics; optionally also here."""
 
     # A node_exporter textfile collector directory: rdmad.prom is written there atomically.
     textfile_dir: str | None = None
     # host:port of a TCP listener ("127.0.0.1:9478"), loopback only; None (the default):
     # no TCP listener.
-    listen: Annotated[str, Field(pattern=_HOST_PORT), AfterValidator(_loopback_only)] | None = None
-    textfile_interval: Annotated[float, Field(ge=1.0), BeforeValidator(parse_duration)] = 15.0
+    listen: Annotated[str, Meta(pattern=_HOST_PORT), After(_loopback_only)] | None = None
+    textfile_interval: Annotated[float, Meta(ge=1.0), Before(parse_duration)] = 15.0
 
 
-class Desired(_Spec):
-    daemon: DaemonSpec = DaemonSpec()
-    api: ApiSpec = ApiSpec()
-    metrics: MetricsSpec = MetricsSpec()
+class Desired(_Spec, frozen=True):
+    daemon: DaemonSpec = field(default_factory=DaemonSpec)
+    api: ApiSpec = field(default_factory=ApiSpec)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
     rxe: tuple[RxeSpec, ...] = ()
     sriov: tuple[SriovSpec, ...] = ()
-    peermem: PeermemSpec = PeermemSpec()
+    peermem: PeermemSpec = field(default_factory=PeermemSpec)

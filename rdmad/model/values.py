@@ -1,11 +1,16 @@
-"""Value types of the config schema: MACs, GUIDs, PCI addresses, names, durations."""
+"""Value types of the config schema: MACs, GUIDs, PCI addresses, names, durations.
+
+Each is a base type with msgspec constraints (``Meta``) and, where a value is also
+normalized, a check run by ``rdmad.model.validation`` (``After``/``Before``)."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from msgspec import Meta
+
+from rdmad.model.validation import After
 
 # --- value types -----------------------------------------------------------------
 
@@ -57,13 +62,13 @@ def _ifname(value: str) -> str:
     return value
 
 
-UnicastMac = Annotated[str, AfterValidator(_unicast_mac)]
-AnyMac = Annotated[str, AfterValidator(_any_mac)]
-Guid = Annotated[str, AfterValidator(_guid)]
-PciAddress = Annotated[str, AfterValidator(_pci)]
-IfName = Annotated[str, AfterValidator(_ifname)]
-RdmaName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,63}$")]
-ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,55}$")]
+UnicastMac = Annotated[str, After(_unicast_mac)]
+AnyMac = Annotated[str, After(_any_mac)]
+Guid = Annotated[str, After(_guid)]
+PciAddress = Annotated[str, After(_pci)]
+IfName = Annotated[str, After(_ifname)]
+RdmaName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,63}$")]
+ModuleName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,55}$")]
 
 VlanProto = Literal["802.1Q", "802.1ad"]
 LinkState = Literal["auto", "enable", "disable"]

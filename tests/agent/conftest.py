@@ -22,6 +22,7 @@ from rdmad.model import (
     Observed,
     RdmaLinkObserved,
 )
+from rdmad.model.validation import validate
 from rdmad.state import StateStore
 from tests.support.fakeclock import FakeClock
 
@@ -96,11 +97,12 @@ class FakeHost:
 
 
 def desired(*rxe: tuple[str, str], **daemon: Any) -> Desired:
-    return Desired.model_validate(
+    return validate(
+        Desired,
         {
             "daemon": daemon,
             "rxe": [{"name": n, "netdev": {"name": d}} for n, d in rxe],
-        }
+        },
     )
 
 

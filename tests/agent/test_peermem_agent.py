@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from structlog.testing import capture_logs
 
 from rdmad.model import Action, Desired, LoadModule, ModulesObserved, Observed
+from rdmad.model.validation import validate
 from rdmad.peermem import ModuleFile, PeermemFacts
 from tests.agent.conftest import FakeResult, FakeWrite, RigFactory
 
@@ -47,7 +48,7 @@ class PeermemHost:
 
 
 def peermem_config(mode: str = "auto") -> Desired:
-    return Desired.model_validate({"peermem": {"mode": mode}, "daemon": {"drift_interval": "1m"}})
+    return validate(Desired, {"peermem": {"mode": mode}, "daemon": {"drift_interval": "1m"}})
 
 
 async def test_lasting_failure_is_reported_once_and_not_retried(rig: RigFactory) -> None:

@@ -26,6 +26,7 @@ from rdmad.model import (
     Usage,
     Use,
 )
+from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from tests.agent.conftest import FakeHost, FakeResult, FakeWrite, RigFactory, desired, until
 from tests.support.simkernel import SimError, SimKernel, make_vfs
@@ -51,8 +52,9 @@ def igb_like(numvfs: int) -> Observed:
 
 
 def sriov(numvfs: int, *vfs: dict[str, object], **daemon: object) -> Desired:
-    return Desired.model_validate(
-        {"daemon": daemon, "sriov": [{"pf": {"pci": PF}, "numvfs": numvfs, "vf": list(vfs)}]}
+    return validate(
+        Desired,
+        {"daemon": daemon, "sriov": [{"pf": {"pci": PF}, "numvfs": numvfs, "vf": list(vfs)}]},
     )
 
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 
 from rdmad.model import Desired, ObjectState, Observed, PfObserved, Usage, Use
+from rdmad.model.validation import validate
 from rdmad.status import ObjectReport
 from tests.support.simkernel import make_vfs
 
@@ -94,7 +95,7 @@ async def test_failed_write_errno_reaches_the_report(rig: RigFactory) -> None:
 
 async def test_sriov_detail_names_the_vf_in_use_and_its_holder(rig: RigFactory) -> None:
     host = SriovHost(pf=pf_with(4, held=3))
-    d = Desired.model_validate({"sriov": [{"pf": {"pci": PF}, "numvfs": 2}]})
+    d = validate(Desired, {"sriov": [{"pf": {"pci": PF}, "numvfs": 2}]})
     r = await rig(d, host=host).start()
     await r.idle()
     o = report(r.agent.status.current.objects, f"sriov pci={PF}")
@@ -113,7 +114,7 @@ async def test_sriov_detail_names_the_vf_in_use_and_its_holder(rig: RigFactory) 
 async def test_sixty_four_vfs_all_listed_and_converged(rig: RigFactory) -> None:
     host = SriovHost(pf=pf_with(64))
     vfs = [{"index": i, "spoofchk": True, "trust": False} for i in range(64)]
-    d = Desired.model_validate({"sriov": [{"pf": {"pci": PF}, "numvfs": 64, "vf": vfs}]})
+    d = validate(Desired, {"sriov": [{"pf": {"pci": PF}, "numvfs": 64, "vf": vfs}]})
     r = await rig(d, host=host).start()
     await r.idle()
     o = report(r.agent.status.current.objects, f"sriov pci={PF}")

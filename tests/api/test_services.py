@@ -5,9 +5,14 @@ fails or is late never keeps READY=1 back for good."""
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
+import pytest
 import structlog
 
 from rdmad import daemon, services
@@ -52,6 +57,34 @@ def test_the_gate_holds_ready_and_passes_everything_else() -> None:
         "RELOADING=1",
         "READY=1\nSTATUS=x",
     ]
+
+
+@pytest.mark.parametrize("before", [None, "/etc/ssl/certs/ca-certificates.crt"])
+def test_no_ca_bundle_gives_contexts_without_certificates_and_restores_the_environment(
+    before: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if before is None:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    else:
+        monkeypatch.setenv("SSL_CERT_FILE", before)
+    with services.no_ca_bundle():
+        assert os.environ["SSL_CERT_FILE"] == os.devnull
+        inside = ssl.create_default_context().cert_store_stats()
+    assert inside["x509_ca"] == 0  # OpenSSL read the empty file, not the system's bundle
+    assert os.environ.get("SSL_CERT_FILE") == before
+
+
+def test_importing_the_services_leaves_the_environment_as_it_was() -> None:
+    """In a new interpreter, where the import really runs (aiohttp, prometheus_client)."""
+    script = (
+        "import os, rdmad.services as s; s.import_services(); "
+        "import sys; print('aiohttp' in sys.modules, os.environ.get('SSL_CERT_FILE'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["True", "None"]
 
 
 async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_dir: Path) -> None:

@@ -167,7 +167,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
         "try:\n    runpy.run_module('rdmad.ctl', run_name='__main__')\n"
         "except SystemExit as e:\n"
         "    mods = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pydantic', 'structlog', 'pyudev', 'aiohttp') or m.startswith('rdmad.'))\n"
+        "('msgspec', 'structlog', 'pyudev', 'aiohttp') or m.startswith('rdmad.'))\n"
         "    sys.stderr.write(' '.join(mods))\n    raise\n"
     )
     env = {**ctl_env(), "PATH": "/nonexistent"}

@@ -222,10 +222,10 @@ def test_hook_file_is_written_atomically_recognised_and_removed(tmp_path: Path) 
 
 
 def test_the_guard_imports_no_daemon_stack() -> None:
-    """It runs inside `modprobe -r`: no pydantic, aiohttp, structlog; asyncio only for RDMA."""
+    """It runs inside `modprobe -r`: no msgspec, aiohttp, structlog; asyncio only for RDMA."""
     code = (
         "import sys, rdmad.guard.cli; "
-        "heavy = {'pydantic', 'aiohttp', 'structlog', 'pyudev', 'prometheus_client', 'asyncio'}; "
+        "heavy = {'msgspec', 'aiohttp', 'structlog', 'pyudev', 'prometheus_client', 'asyncio'}; "
         "print(sorted(heavy & set(sys.modules)))"
     )
     out = subprocess.run(

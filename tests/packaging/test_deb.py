@@ -26,7 +26,7 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "usr/lib/rdmad/pyvenv.cfg",
         f"{SITE}/rdmad/__init__.py",
         f"{SITE}/rdmad/__pycache__/__init__.cpython-311.pyc",
-        f"{SITE}/pydantic/__init__.py",
+        f"{SITE}/msgspec/__init__.py",
         f"{SITE}/aiohttp/__init__.py",
         "lib/systemd/system/rdmad.service",
         "usr/lib/sysusers.d/rdmad.conf",

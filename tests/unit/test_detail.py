@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -351,7 +352,7 @@ def test_every_declared_attribute_once_and_empty_plan_is_converged(
             for vf_spec in spec.vf:
                 names = [a.name for a in vfs[vf_spec.index].attributes]
                 declared = {
-                    k for k, v in vf_spec.model_dump().items() if v is not None
+                    k for k, v in msgspec.structs.asdict(vf_spec).items() if v is not None
                 } - _NOT_ATTRS
                 assert len(names) == len(set(names)), names
                 # vlan_proto may be implied by a VLAN; nothing else is added.

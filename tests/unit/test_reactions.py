@@ -17,6 +17,7 @@ from rdmad.model import (
     PlanState,
     RdmaLinkObserved,
 )
+from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.reactions import NONE, Reactions, anticipate
 
@@ -24,7 +25,7 @@ RXE = ModulesObserved(frozenset({"rdma_rxe"}))
 
 
 def declare(*rxe: tuple[str, dict[str, str]]) -> Desired:
-    return Desired.model_validate({"rxe": [{"name": n, "netdev": ref} for n, ref in rxe]})
+    return validate(Desired, {"rxe": [{"name": n, "netdev": ref} for n, ref in rxe]})
 
 
 def node(

@@ -34,6 +34,7 @@ from rdmad.model import (
     Waiting,
     summarize,
 )
+from rdmad.model.validation import validate
 from rdmad.reconcile import declared_objects, plan
 from tests.support.simkernel import SimKernel, make_vfs
 
@@ -45,7 +46,7 @@ UNKNOWN = Usage(
 
 
 def desired(**doc: object) -> Desired:
-    return Desired.model_validate(doc)
+    return validate(Desired, doc)
 
 
 def pf(

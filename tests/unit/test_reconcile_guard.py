@@ -20,6 +20,7 @@ from rdmad.model import (
     SyncGuardHook,
     Waiting,
 )
+from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail import guard_state
 
@@ -27,7 +28,7 @@ PF = "0000:3b:00.0"
 
 
 def desired(**doc: object) -> Desired:
-    return Desired.model_validate(doc)
+    return validate(Desired, doc)
 
 
 def node(

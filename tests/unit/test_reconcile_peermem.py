@@ -16,6 +16,7 @@ from rdmad.model import (
     PlanState,
     summarize,
 )
+from rdmad.model.validation import validate
 from rdmad.peermem import Held, ModuleFile, PeermemFacts, diagnose
 from rdmad.reconcile import declared_objects, plan
 from rdmad.reconcile.detail import describe
@@ -36,7 +37,7 @@ def observed(f: PeermemFacts) -> Observed:
 
 
 def desired(mode: str) -> Desired:
-    return Desired.model_validate({"peermem": {"mode": mode}})
+    return validate(Desired, {"peermem": {"mode": mode}})
 
 
 def kinds(mode: str, f: PeermemFacts, state: PlanState | None = None) -> list[str]:
