@@ -199,16 +199,17 @@ _TYPE_WORDS = {
 
 
 def _kind(data: Any) -> str:
-    for tp, word in (
-        (bool, "true or false"),
-        (int, "an integer"),
-        (float, "a number"),
-        (str, "a string"),
-        (dict, "a table"),
-        (list, "an array"),
+    """What ``data`` is, in the same words (bool first: it is also an int)."""
+    for tp, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "float"),
+        (str, "str"),
+        (dict, "object"),
+        (list, "array"),
     ):
         if isinstance(data, tp):
-            return word
+            return _TYPE_WORDS[name]
     return type(data).__name__
 
 
