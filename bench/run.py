@@ -6,7 +6,8 @@ Host benches (``LAB = False``) run first, then lab benches (``LAB = True``: root
 the QEMU lab image). Each bench is a subprocess; the runner reads its last stdout
 line (the contract's JSON object, see bench/headline.py). A lab bench is skipped,
 with the reason in the table, when not root, when RDMAD_SKIP_LAB=1, or when it
-exits 2 (the lab cannot run) — except in CI (CI=true), where that is an error.
+exits 2 (the lab cannot run) — except in CI (.ci/run, or any truthy CI), where that
+is an error.
 A lab bench whose guest stopped answering or never finished a boot (exit 3: the
 emulator froze it, or a boot hung) runs once more on a new guest, and the table says
 so. The run fails (exit 1) only when a bench errors or prints no JSON; never on a
@@ -73,6 +74,16 @@ def discover(only: list[str]) -> list[Bench]:
     wanted = {n.removeprefix("bench_") for n in only} or set(found)
     benches = [Bench(n, p, is_lab(p)) for n, p in found.items() if n in wanted]
     return sorted(benches, key=lambda b: (b.lab is not False, b.name))  # host ones first
+
+
+def required() -> bool:
+    """A run where a lab bench that cannot run is an error, as a skipped test is a
+    failure (tests/support/required.py): .ci/run's RDMAD_TESTS_REQUIRED=1, or any
+    truthy CI (true, 1, yes)."""
+    return any(
+        os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+        for name in ("RDMAD_TESTS_REQUIRED", "CI")
+    )
 
 
 def lab_unavailable() -> str | None:
@@ -221,7 +232,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="repeatable")
     ap.add_argument("--out", type=Path, default=BENCH / "results.json")
     args = ap.parse_args()
-    ci = os.environ.get("CI") == "true"
+    ci = required()
     benches = discover(args.only)
     started = datetime.datetime.now(datetime.UTC)
     for b in benches:

@@ -2,7 +2,8 @@
 # Set up and run every check and test: lint, types, layer contracts, unit, kernel
 # (netns, as root), the packages (.deb, .rpm: built, then checked), and the QEMU lab
 # (as root; builds the guest image once, cached; installs rdmad from the .deb).
-# RDMAD_SKIP_LAB=1 leaves the lab out (its tests then skip, saying why; in CI they fail).
+# RDMAD_SKIP_LAB=1 leaves the lab out (its tests then skip, saying why; under .ci/run,
+# RDMAD_TESTS_REQUIRED=1, or any truthy CI they fail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,8 +20,9 @@ if [[ $(id -u) -eq 0 && ${RDMAD_SKIP_LAB:-0} != 1 ]]; then
     bash scripts/lab-deps.sh
     bash scripts/lab-image.sh
 fi
-# In CI (CI=true) a lab test that skips fails the run instead: tests/lab/conftest.py
-# decides that from the environment, for any user and any way pytest is started.
+# With RDMAD_TESTS_REQUIRED=1 (.ci/run exports it) or any truthy CI, a test that skips
+# fails the run instead: tests/support/required.py decides that from the environment,
+# for any user and any way pytest is started.
 
 if [[ $(id -u) -eq 0 ]]; then
     bash scripts/pkg-deps.sh

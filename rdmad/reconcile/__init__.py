@@ -20,6 +20,8 @@ Rules, each with a test in tests/unit/test_reconcile.py:
   as the driver's defaults), so their declared rtnetlink settings follow the write
   in the same plan; the next pass re-observes, verifies and plans the rest.
 * A VF is re-bound (driver change, new IB GUIDs) only when it is free.
+* A VF in use keeps its settings, the InfiniBand port policy among them, unless its
+  declaration says ``in_use_drift = "apply"``; the drift is reported.
 * rxe links are created as soon as their netdev exists: the kernel accepts a
   netdev that is down and the port turns ACTIVE when it comes up.
 * The modprobe.d guard hook guards the drivers of PFs with ``driver_guard`` (and

@@ -1,6 +1,6 @@
 """SR-IOV policy: VF counts (through 0, never under a VF in use), VF settings (batched
-per PF; drift on an in-use VF reported; refused attributes remembered), VF drivers and
-InfiniBand identities (re-bound only when free)."""
+per PF; drift on an in-use VF reported, the InfiniBand port policy included; refused
+attributes remembered), VF drivers and InfiniBand identities (re-bound only when free)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rdmad.model import (
     BindVfDriver,
     Blocked,
     InUseDrift,
+    InUseDriftPolicy,
     NetdevRef,
     Observed,
     PfObserved,
@@ -99,7 +100,7 @@ def plan_sriov(
                 )
             )
             continue
-        actions.extend(_plan_vf_binding(obj, pf, vf_spec, vf, observed))
+        actions.extend(_plan_vf_binding(obj, spec, pf, vf_spec, vf, observed))
         changes, notes = _netlink_changes(obj, spec, pf, vf_spec, vf, state)
         actions.extend(notes)
         netlink_changes.extend(changes)
@@ -235,22 +236,29 @@ def _netlink_changes(
             )
             continue
         changes.append(VfChange(vf.index, attr, old, new))
-    policy = spec.in_use_drift or pf_spec.in_use_drift
-    if changes and vf.usage.busy and policy != "apply":
-        what = ", ".join(
-            f"{c.attr} {format_value(c.old)} (declared {format_value(c.new)})" for c in changes
-        )
-        notes.append(
-            InUseDrift(
-                obj,
-                f"VF {vf.index} ({vf.pci}) differs: {what}; left alone because it is in use: "
-                f'{vf.usage.describe()} (in_use_drift = "apply" rewrites it)',
-                vf=vf.index,
-                attr=",".join(c.attr for c in changes),
-            )
-        )
+    if changes and vf.usage.busy and in_use_drift(pf_spec, spec) != "apply":
+        notes.append(_in_use_drift(obj, vf, changes))
         return [], notes
     return changes, notes
+
+
+def in_use_drift(pf_spec: SriovSpec, spec: VfSpec) -> InUseDriftPolicy:
+    """What to do with a VF in use that differs: the VF's own setting, else its PF's."""
+    return spec.in_use_drift or pf_spec.in_use_drift
+
+
+def _in_use_drift(obj: str, vf: VfObserved, changes: list[VfChange]) -> InUseDrift:
+    """The note for changes left undone because the VF is in use (one per VF and kind)."""
+    what = ", ".join(
+        f"{c.attr} {format_value(c.old)} (declared {format_value(c.new)})" for c in changes
+    )
+    return InUseDrift(
+        obj,
+        f"VF {vf.index} ({vf.pci}) differs: {what}; left alone because it is in use: "
+        f'{vf.usage.describe()} (in_use_drift = "apply" rewrites it)',
+        vf=vf.index,
+        attr=",".join(c.attr for c in changes),
+    )
 
 
 def netlink_wanted(spec: VfSpec) -> tuple[list[tuple[str, object]], bool]:
@@ -280,7 +288,12 @@ def ib_wanted(spec: VfSpec) -> list[tuple[str, object]]:
 
 
 def _plan_vf_binding(
-    obj: str, pf: PfObserved, spec: VfSpec, vf: VfObserved, observed: Observed
+    obj: str,
+    pf_spec: SriovSpec,
+    pf: PfObserved,
+    spec: VfSpec,
+    vf: VfObserved,
+    observed: Observed,
 ) -> Iterator[Action]:
     assert vf.pci is not None
     rebind_driver = spec.driver is not None and not bound_as_declared(spec.driver, vf)
@@ -302,10 +315,16 @@ def _plan_vf_binding(
             f"but it is in use: {vf.usage.describe()}",
             vfs=(vf.index,),
         )
-        # Policy alone needs no rebind; still apply it.
+        # The policy alone needs no rebind: it follows in_use_drift below.
         ib_changes = [c for c in ib_changes if c.attr == "policy"]
         rebind_driver = False
         needs_rebind = False
+    if ib_changes and vf.usage.busy and in_use_drift(pf_spec, spec) != "apply":
+        # Only the policy is left here (a GUID needs a re-bind, blocked above). It is a
+        # VF setting like the rtnetlink ones: "Down" takes the VM's IB port down, so a
+        # VF in use keeps its policy unless its declaration opts in.
+        yield _in_use_drift(obj, vf, ib_changes)
+        ib_changes = []
     if ib_changes:
         yield SetIbVf(
             obj,

@@ -233,16 +233,23 @@ async def test_dry_run_changes_nothing_and_logs_what_it_would_do(rig: RigFactory
     host = FakeHost()
     r = rig(desired(("rxe0", "eth0")), host=host, dry_run=True)
 
+    asked: list[object] = []
+
     async def recording(action: object) -> object:
         from .conftest import FakeResult, FakeWrite
 
+        asked.append(action)
         return FakeResult((FakeWrite("rdma link rxe0", None, "rxe on eth0", dry_run=True),))
 
     host.apply = recording  # type: ignore[method-assign,assignment]
     await r.start()
     await r.idle()
-    assert host.links == {}
-    assert len(r.agent.passes) == 1  # no follow-up: nothing changed
+    # The dry-run host was asked for the one write a real run makes, once...
+    assert [(type(a), getattr(a, "name", None)) for a in asked] == [(AddRxe, "rxe0")]
+    # ...and the agent takes nothing as done: rxe0 is neither claimed nor remembered as
+    # rdmad's (a real run claims it before the add), and no follow-up pass verifies it.
+    assert r.agent.memory.state.managed_rxe == set()
+    assert len(r.agent.passes) == 1
     assert r.agent.ready
     hist = [h for h in r.agent.status.history() if h.event == "recorded"]
     assert hist and hist[0].what == "rdma link rxe0: unset -> rxe on eth0"

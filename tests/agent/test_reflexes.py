@@ -3,9 +3,11 @@ send them (kernel.reflex); the next pass disarms them, and its gate decides each
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from rdmad import daemon
 from rdmad.agent.protocols import Reflexive
 from rdmad.model import AddRxe
 from rdmad.triggers import Trigger
@@ -58,8 +60,25 @@ class ReflexHost(OrderHost):
         return bool(sent)
 
 
-def test_the_fake_fits_the_protocol() -> None:
-    assert isinstance(ReflexHost(), Reflexive)
+def test_reflexes_are_armed_on_the_real_host_and_never_in_a_dry_run() -> None:
+    """The agent arms reflexes on a host that fits Reflexive (runner.py). The daemon's
+    real host must (event readers put rxe links back before a pass); its dry-run host
+    must not (its readers would make real links); and this fake stands for the real
+    one: the same methods, parameters and awaitables as the protocol."""
+    real, _ = daemon._make_host(dry_run=False)
+    dry, _ = daemon._make_host(dry_run=True)
+    assert isinstance(real, Reflexive)
+    assert not isinstance(dry, Reflexive)
+    for name in ("arm_reflexes", "disarm_reflexes", "reflexes_answered"):
+        want = getattr(Reflexive, name)
+        for host in (real, ReflexHost()):
+            got = getattr(host, name)
+            assert _params(got) == _params(want)[1:], (type(host).__name__, name)  # no self
+            assert inspect.iscoroutinefunction(got) == inspect.iscoroutinefunction(want), name
+
+
+def _params(fn: Callable[..., object]) -> list[tuple[str, object]]:
+    return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
 
 
 async def test_a_pass_at_rest_arms_the_adds_and_the_next_pass_disarms_them(

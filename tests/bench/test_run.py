@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"what", "rdmad", "baseline", "baseline_name", "unit", "ratio", "target", "met"}
 
@@ -62,11 +64,11 @@ def test_unknown_bench_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def run_lab_bench(
-    tmp_path: Path, ci: str
+    tmp_path: Path, **required: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env.update(RDMAD_SKIP_LAB="1", CI=ci)
-    out = tmp_path / f"ci-{ci}.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "RDMAD_TESTS_REQUIRED")}
+    env.update(RDMAD_SKIP_LAB="1", **required)
+    out = tmp_path / "r.json"
     proc = subprocess.run(
         [sys.executable, "bench/run.py", "--quick", "--only", "guard_lab", "--out", str(out)],
         cwd=REPO,
@@ -80,14 +82,19 @@ def run_lab_bench(
 
 
 def test_a_lab_bench_that_cannot_run_is_skipped_with_its_reason(tmp_path: Path) -> None:
-    proc, entry = run_lab_bench(tmp_path, ci="false")
+    proc, entry = run_lab_bench(tmp_path, CI="false")
     assert proc.returncode == 0, proc.stderr
     assert (entry["lab"], entry["status"], entry["reason"]) == (True, "skipped", "RDMAD_SKIP_LAB=1")
     assert "guard_lab  skipped: RDMAD_SKIP_LAB=1" in proc.stdout
 
 
-def test_in_ci_a_lab_bench_that_cannot_run_is_an_error(tmp_path: Path) -> None:
-    proc, entry = run_lab_bench(tmp_path, ci="true")
+@pytest.mark.parametrize(
+    "required", [{"CI": "true"}, {"CI": "1"}, {"RDMAD_TESTS_REQUIRED": "1"}], ids=str
+)
+def test_in_ci_a_lab_bench_that_cannot_run_is_an_error(
+    tmp_path: Path, required: dict[str, str]
+) -> None:
+    proc, entry = run_lab_bench(tmp_path, **required)
     assert proc.returncode == 1
     assert (entry["status"], entry["reason"]) == ("error", "RDMAD_SKIP_LAB=1")
     assert "errors: guard_lab" in proc.stderr

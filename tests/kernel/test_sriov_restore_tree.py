@@ -17,7 +17,7 @@ from rdmad.kernel.host import KernelHost
 from rdmad.kernel.observe import observe
 from rdmad.kernel.results import Outcome
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import Blocked, Desired, PlanState, SetIbVf, SetNumVfs, Waiting
+from rdmad.model import Blocked, Desired, InUseDrift, PlanState, SetIbVf, SetNumVfs, Waiting
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
 from tests.kernel.test_host import KernelishSysfs
@@ -64,13 +64,16 @@ async def test_ib_guids_restored_and_rebound_only_when_free(tmp_path: Path) -> N
     actions = plan(desired, await host.observe(), PlanState())
 
     ib = [a for a in actions if isinstance(a, SetIbVf)]
-    assert [(a.vf, a.rebind) for a in ib] == [(0, True), (1, False)]
-    # VF 1 is in use: its GUID waits (a rebind would pull it from the guest), its policy
-    # needs no rebind and is applied; the reason names the holder.
-    assert [c.attr for c in ib[1].changes] == ["policy"]
+    assert [(a.vf, a.rebind) for a in ib] == [(0, True)]
+    # VF 1 is in use: its GUID waits (a rebind would pull it from the guest) and its
+    # policy is reported, not written ("Down" would take the guest's port down); both
+    # reasons name the holder.
     (blocked,) = [a for a in actions if isinstance(a, Blocked)]
     assert f"pid {QEMU_PID} (qemu-system-x86) holds /dev/vfio/61" in blocked.reason
     assert "VF 1" in blocked.reason
+    (drift,) = [a for a in actions if isinstance(a, InUseDrift)]
+    assert (drift.vf, drift.attr) == (1, "policy")
+    assert f"pid {QEMU_PID} (qemu-system-x86) holds /dev/vfio/61" in drift.reason
 
     for action in ib:
         result = await host.apply(action)
@@ -79,8 +82,9 @@ async def test_ib_guids_restored_and_rebound_only_when_free(tmp_path: Path) -> N
     assert (sriov / "0/node").read_text() == NODE_GUID
     assert (sriov / "0/port").read_text() == PORT_GUID
     assert (sriov / "0/policy").read_text() == "Up"
-    assert (sriov / "1/policy").read_text() == "Down"
-    assert (sriov / "1/node").read_text().strip() == "00:00:00:00:00:00:00:00"  # untouched
+    # VF 1 untouched.
+    assert (sriov / "1/policy").read_text().strip() == "Follow"
+    assert (sriov / "1/node").read_text().strip() == "00:00:00:00:00:00:00:00"
     # VF 0 was unbound and probed again (that is what makes new GUIDs take effect)...
     rebinds = [r for r in host.records if r.target == f"{MLX5_VFS[0]} driver"]
     assert [(r.old, r.new) for r in rebinds] == [("mlx5_core", None), (None, "mlx5_core")]
@@ -88,14 +92,15 @@ async def test_ib_guids_restored_and_rebound_only_when_free(tmp_path: Path) -> N
     assert not [r for r in host.records if r.target == f"{MLX5_VFS[1]} driver"]
 
     again = plan(desired, await host.observe(), PlanState())
-    assert [type(a) for a in again] == [Blocked]  # only VF 1's GUID, still held
+    assert [type(a) for a in again] == [Blocked, InUseDrift]  # only VF 1, still held
 
-    # The holder goes away: the GUID is applied and VF 1 rebound.
+    # The holder goes away: the GUID and the policy are applied and VF 1 rebound.
     for fd in (tmp_path / f"proc/{QEMU_PID}/fd").iterdir():
         fd.unlink()
     final = plan(desired, await host.observe(), PlanState())
     (set_vf1,) = final
     assert isinstance(set_vf1, SetIbVf) and set_vf1.vf == 1 and set_vf1.rebind
+    assert [c.attr for c in set_vf1.changes] == ["node_guid", "policy"]
 
 
 async def test_ib_attributes_on_a_pf_without_ib_controls_are_blocked(tmp_path: Path) -> None:

@@ -1,20 +1,22 @@
-"""Fixtures for the QEMU lab: a shared guest, a fresh guest, failure reports.
+"""Fixtures for the QEMU lab: a shared guest, a fresh guest, failure reports, reruns.
 
 Lab tests skip (saying how to enable them) where QEMU, root or the image is
-missing. In CI (CI=true, as CI systems set it) or with RDMAD_LAB_REQUIRED=1 any
-skip of a lab test fails instead: the missing lab prerequisite, and a skip inside
-a test (the bond test's kernel module) alike. It is decided here, from the
-environment, so it holds for whoever runs pytest and however it is invoked.
+missing. In a run that must run every test (`.ci/run`, any truthy CI: see
+tests/support/required.py) or with RDMAD_LAB_REQUIRED=1 any skip of a lab test
+fails instead: the missing lab prerequisite, and a skip inside a test (the bond
+test's kernel module) alike. It is decided from the environment, so it holds for
+whoever runs pytest and however it is invoked.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.required import fail_skipped, why_required
 
 LAB_DIR = Path(__file__).resolve().parent
 # The test modules import `harness` by name: make that work in any import mode.
@@ -32,7 +34,10 @@ from harness import (  # noqa: E402
 )
 
 FRESH_FIXTURE = "fresh_guest"
+LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
 _POOL_KEY = pytest.StashKey[GuestPool]()
+# The exceptions of this attempt's failed phases, in order (None: a failure without one).
+_FAILURES = pytest.StashKey[list[BaseException | None]]()
 
 
 def _in_lab(item: pytest.Item) -> bool:
@@ -45,15 +50,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Only one guest lives at a time, so grouping the shared-guest tests first
     boots the shared guest once instead of after every fresh-guest test.
 
-    A lab test whose guest froze under the emulator (GuestFrozen: the kernel's stall
-    report, then a silent guest agent) runs once more on a fresh guest
-    (pytest-rerunfailures; the summary counts it as a rerun). Nothing else is rerun:
-    any other failure, and a second freeze, fail the run.
+    A lab test whose guest froze under the emulator (GuestFrozen: the kernel's RCU
+    stall report, then a silent guest agent) runs once more on a fresh guest
+    (pytest-rerunfailures; the summary counts it as a rerun), but only when the freeze
+    is the attempt's first failure (see rerun_condition). Nothing else is rerun: any
+    other failure, a soft lockup (GuestKernelHang) and a second freeze fail the run.
     """
     for item in items:
         if _in_lab(item):
             item.add_marker(pytest.mark.lab)
-            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=[GuestFrozen]))
+            item.add_marker(pytest.mark.flaky(reruns=1, condition=rerun_condition(item)))
 
     def needs_fresh(item: pytest.Item) -> bool:
         return _in_lab(item) and FRESH_FIXTURE in getattr(item, "fixturenames", ())
@@ -61,21 +67,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=needs_fresh)  # stable: everything else keeps its order
 
 
-def _required() -> bool:
-    """A run where the lab must really run: CI, or a caller asking for it."""
-    return os.environ.get("CI", "").lower() == "true" or os.environ.get("RDMAD_LAB_REQUIRED") == "1"
+def rerun_condition(item: pytest.Item) -> Callable[[BaseException | None], bool]:
+    """pytest-rerunfailures' ``condition`` for ``item``: rerun when the failure it is
+    asked about is the attempt's first one and an emulator freeze that met no earlier
+    failure.
+
+    Its ``only_rerun`` is not enough: it matches the whole exception chain, so an
+    assertion that failed and then met a freeze in an ``except: log(status); raise``
+    handler (the freeze's ``__context__`` is the assertion) was rerun, and a pass hid
+    it. Here the freeze must come first: in the test (``GuestFrozen.met`` is None: the
+    harness was not called while a failure was being handled), and in the attempt (no
+    earlier phase failed, and an assertion made after catching a freeze is not one).
+    """
+
+    def first_failure_is_a_freeze(error: BaseException | None) -> bool:
+        failures = item.stash.get(_FAILURES, [])
+        return (
+            bool(failures)
+            and error is not None
+            and failures[0] is error
+            and isinstance(error, GuestFrozen)
+            and error.met is None
+        )
+
+    return first_failure_is_a_freeze
 
 
-def _why_required() -> str:
-    return "CI=true" if os.environ.get("CI", "").lower() == "true" else "RDMAD_LAB_REQUIRED=1"
+def _why_required() -> str | None:
+    """Why the lab must really run here (``NAME=value``), or None."""
+    return why_required(LAB_REQUIRED_ENV)
 
 
 @pytest.fixture(scope="session")
 def lab_pool() -> Iterator[GuestPool]:
     reason = missing_prerequisite()
     if reason is not None:
-        if _required():
-            pytest.fail(f"{_why_required()} but the lab cannot run: {reason}", pytrace=False)
+        why = _why_required()
+        if why is not None:
+            pytest.fail(f"{why} but the lab cannot run: {reason}", pytrace=False)
         pytest.skip(f"lab: {reason}")
     image = find_image()
     assert image is not None  # missing_prerequisite() checked it
@@ -120,14 +149,25 @@ def fresh_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator
     lab_pool.release_fresh()
 
 
-# trylast: the innermost wrapper, so a skip made a failure here is a failure when
-# pytest-rerunfailures decides on reruns (outside it, the plugin saw a skip and reran it).
+# trylast: an inner wrapper, so a skip made a failure here is a failure, and the first
+# failure is recorded, when pytest-rerunfailures decides on reruns (outside it, the
+# plugin saw a skip and reran it).
 @pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    """On a failed lab test, attach the guest's serial log and journal."""
+    """Record the attempt's failures (for rerun_condition); on a failed lab test, attach
+    the guest's serial log and journal."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    _fail_skip_when_required(item, report)
+    if not _in_lab(item):
+        return
+    why = _why_required()
+    if why is not None:
+        fail_skipped(report, why, "a lab test")
+    if report.when == "setup":
+        item.stash[_FAILURES] = []
+    if report.failed:
+        error = call.excinfo.value if call.excinfo is not None else None
+        item.stash.setdefault(_FAILURES, []).append(error)
     if report.when not in ("setup", "call") or not report.failed:
         return
     pool = item.stash.get(_POOL_KEY, None)
@@ -142,29 +182,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             report.sections.append((f"lab journalctl -b ({g.name})", f"unavailable: {exc}"))
 
 
-def _fail_skip_when_required(item: pytest.Item, report: pytest.TestReport) -> None:
-    """Turn a skipped lab test into a failure in a run that requires the lab.
-
-    An expected failure (xfail) also reports as skipped; it is not a skip and stays.
-    """
-    if not (report.skipped and _in_lab(item) and _required()):
-        return
-    if hasattr(report, "wasxfail"):
-        return
-    longrepr = report.longrepr
-    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-    report.outcome = "failed"
-    report.longrepr = f"{_why_required()}: a lab test may not skip here, but it did: {reason}"
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
     """The same for a lab module skipped as a whole (importorskip, a module-level skip)."""
     outcome = yield
     report: pytest.CollectReport = outcome.get_result()
     path = Path(str(collector.path)).resolve()
-    if report.skipped and _required() and LAB_DIR in (path, *path.parents):
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"{_why_required()}: a lab module may not skip here, but did: {reason}"
+    why = _why_required()
+    if why is not None and LAB_DIR in (path, *path.parents):
+        fail_skipped(report, why, "a lab module")

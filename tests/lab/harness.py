@@ -35,12 +35,13 @@ ENABLE_HINT = "run scripts/lab-deps.sh && scripts/lab-image.sh as root"
 # The whole line must be there: the serial log is read while QEMU writes it, and a
 # half-written boot_id would look like a new boot.
 BOOT_MARKER = re.compile(rb"RDMAD-LAB-BOOT-DONE boot=(\d+) boot_id=([0-9a-f-]{36}) uptime=")
-# What a guest kernel prints when its CPUs stop getting time (the kernel's RCU stall
-# detector and soft-lockup watchdog); KERNEL_BANNER starts each boot in the serial log.
-KERNEL_STALL = re.compile(
-    rb"rcu: INFO: rcu_\w+ (?:self-)?detected stalls|rcu_\w+ kthread starved|"
-    rb"watchdog: BUG: soft lockup"
-)
+# What a guest kernel prints when its CPUs stop getting time: the RCU stall detector's
+# reports. With a silent guest agent they mean a frozen emulator (see GuestFrozen).
+KERNEL_STALL = re.compile(rb"rcu: INFO: rcu_\w+ (?:self-)?detected stalls|rcu_\w+ kthread starved")
+# What it prints when one task held a CPU in the kernel for over 20 s: a kernel or
+# driver hang, and a finding, whatever else the log says (see GuestKernelHang).
+KERNEL_LOCKUP = re.compile(rb"watchdog: BUG: soft lockup")
+# KERNEL_BANNER starts each boot in the serial log.
 KERNEL_BANNER = b"Linux version "
 # The agent's longest silence a live guest has shown under TCG is 30 s; past this, the
 # guest is taken as stopped whatever the command's own deadline (see GuestAgent.exec).
@@ -81,10 +82,37 @@ class GuestAgentSilent(GuestTimeout):
 
 
 class GuestFrozen(GuestTimeout):
-    """The guest kernel stalled and its agent went silent: the emulator starved the
-    vCPUs (seen once in CI under TCG on 2 host cores: an RCU stall, then nothing for
-    minutes). An emulator fault, not a finding about rdmad: conftest runs a test that
-    hits it once more, on a fresh guest, and the run's summary says so."""
+    """The guest kernel reported an RCU stall, none of its CPUs a soft lockup, and its
+    agent went silent: the emulator starved the vCPUs (seen in CI under TCG on 2 host
+    cores: an RCU stall, then nothing for minutes). An emulator fault, not a finding
+    about rdmad: conftest runs a test whose first failure this is once more, on a
+    fresh guest, and the run's summary says so.
+
+    ``met`` is the exception the caller was already handling when the guest froze (a
+    test that failed an assertion and then asked the guest for its status): then the
+    freeze is not the test's first failure and is not rerun.
+    """
+
+    def __init__(self, message: str, met: BaseException | None = None) -> None:
+        if met is not None:
+            message += f" (after an earlier failure: {type(met).__name__}: {met})"
+        super().__init__(message)
+        self.met = met
+
+
+class GuestKernelHang(GuestTimeout):
+    """The guest agent went silent (or a boot never ended) and the guest kernel reports
+    a soft lockup: a task held a CPU in the kernel for over 20 s. A failure, never
+    taken for an emulator freeze, so never rerun.
+
+    Why the two are told apart this way: a starved emulator stops every vCPU at once,
+    so the RCU grace-period kthread gets no time and the stall detector speaks (CI's
+    freezes said "rcu_preempt kthread starved"), but no task was running in the guest
+    kernel. A soft lockup names the task that held the CPU (``[modprobe:312]``): a
+    driver probe, a module init or a kernel path rdmad drove looping there, and its RCU
+    stall reports follow from it. A long host stall can print a soft lockup too; that
+    run fails and the log says so, which costs a look, where a rerun could hide a hang
+    rdmad caused."""
 
 
 class GuestBootStuck(GuestTimeout):
@@ -568,6 +596,7 @@ class Guest:
         self, timeout: float, *, started: float, previous_boot_id: str | None = None
     ) -> BootInfo:
         """Wait for a boot-done marker from a boot other than previous_boot_id."""
+        met = sys.exception()  # a failure the caller is handling (see GuestFrozen)
         deadline = started + timeout
         next_note = started + 15
         while True:
@@ -577,11 +606,20 @@ class Guest:
             self._check_running()
             now = time.monotonic()
             if now > deadline:
+                lockup = self.kernel_lockup()
+                if lockup is not None:
+                    raise GuestKernelHang(
+                        f"{self.name}: no boot-done marker after {timeout:.0f} s and the "
+                        f"guest kernel reports a soft lockup ({lockup!r}): a kernel or "
+                        "driver hang, not an emulator freeze; serial tail:\n"
+                        + self.serial_text(tail=3000)
+                    )
                 stall = self.kernel_stall()
                 if stall is not None:  # a boot the emulator starved: as frozen as a command
                     raise GuestFrozen(
                         f"{self.name}: no boot-done marker after {timeout:.0f} s and the "
-                        f"guest kernel reports a stall ({stall!r}): its vCPUs were starved"
+                        f"guest kernel reports a stall ({stall!r}): its vCPUs were starved",
+                        met=met,
                     )
                 raise GuestBootStuck(
                     f"{self.name}: no boot-done marker after {timeout:.0f} s; serial tail:\n"
@@ -697,9 +735,19 @@ class Guest:
     ) -> ExecResult:
         """Run a shell script (str) or an argv (list) in the guest: (exit code, stdout, stderr)."""
         argv = ["/bin/sh", "-c", script] if isinstance(script, str) else list(script)
+        # A failure the caller is handling: an assertion that failed, then a status asked
+        # for the report. Read now: below, the agent's own errors are being handled.
+        met = sys.exception()
         try:
             return self.agent.exec(argv, timeout=timeout, stdin=stdin)
         except GuestAgentSilent as exc:
+            lockup = self.kernel_lockup()
+            if lockup is not None:
+                raise GuestKernelHang(
+                    f"{self.name}: the guest agent went silent and the guest kernel reports "
+                    f"a soft lockup ({lockup!r}): a kernel or driver hang, not an emulator "
+                    f"freeze; serial tail:\n{self.serial_text(tail=1500)}"
+                ) from exc
             stall = self.kernel_stall()
             if stall is None:
                 # What the console said last is the only clue left to what stopped it.
@@ -708,14 +756,22 @@ class Guest:
                 ) from exc
             raise GuestFrozen(
                 f"{self.name}: the guest agent went silent and the guest kernel reports "
-                f"a stall ({stall!r}): its vCPUs were starved"
+                f"a stall ({stall!r}): its vCPUs were starved",
+                met=met,
             ) from exc
 
     def kernel_stall(self) -> str | None:
-        """The guest kernel's first stall report since its last boot, if any."""
+        """The guest kernel's first RCU stall report since its last boot, if any."""
+        return self._this_boot_line(KERNEL_STALL)
+
+    def kernel_lockup(self) -> str | None:
+        """The guest kernel's first soft lockup report since its last boot, if any."""
+        return self._this_boot_line(KERNEL_LOCKUP)
+
+    def _this_boot_line(self, pattern: re.Pattern[bytes]) -> str | None:
         log_bytes = self._serial_bytes()
         this_boot = log_bytes[max(log_bytes.rfind(KERNEL_BANNER), 0) :]
-        m = KERNEL_STALL.search(this_boot)
+        m = pattern.search(this_boot)
         if m is None:
             return None
         end = this_boot.find(b"\n", m.start())
@@ -1119,7 +1175,9 @@ def lab_script_exit(main: Callable[[], int]) -> int:
     For benchmarks: a guest the emulator froze says nothing about rdmad, and a
     benchmark never fails on what it measured, so bench/run.py runs one that exits
     this way once more; the first run's reason (for a stuck boot, systemd's pending
-    jobs) is printed. (Lab tests are stricter: conftest reruns only GuestFrozen.)
+    jobs) is printed. A guest kernel's soft lockup (GuestKernelHang) is a finding and
+    propagates. (Lab tests are stricter: conftest reruns only a first-failure
+    GuestFrozen.)
     """
     try:
         return main()

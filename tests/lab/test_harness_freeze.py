@@ -1,10 +1,14 @@
-"""The harness tells a guest the emulator froze from a guest that is merely slow.
+"""The harness tells a guest the emulator froze from a guest that is merely slow, or
+whose kernel hung.
 
-Only GuestFrozen makes conftest run a lab test once more; these run without QEMU.
+Only a GuestFrozen that is a test's first failure makes conftest run a lab test once
+more; these run without QEMU (the rerun rule through pytester, with conftest.py's
+own code).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +24,7 @@ from harness import (
     GuestAgentSilent,
     GuestBootStuck,
     GuestFrozen,
+    GuestKernelHang,
     LabImage,
 )
 
@@ -28,6 +33,7 @@ STALL = (
     "RCU_GP_WAIT_FQS(5) ->state=0x402 ->cpu=1\n"
 )
 BANNER = "[    0.000000] Linux version 6.1.0 (debian-kernel@lists.debian.org)\n"
+LOCKUP = "[  640.112233] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [modprobe:312]\n"
 
 
 class SilentAgent:
@@ -83,10 +89,44 @@ def test_a_stall_from_before_the_last_reboot_does_not_count(guest: Guest) -> Non
 
 
 def test_stall_reports_are_found_in_a_log_without_a_banner(guest: Guest) -> None:
-    guest.serial_log.write_text("watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [sh:1]\n")
-    assert guest.kernel_stall() == "watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [sh:1]"
+    guest.serial_log.write_text("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n")
+    assert guest.kernel_stall() == "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:"
     guest.serial_log.write_text("")
     assert guest.kernel_stall() is None
+
+
+def test_a_soft_lockup_is_a_kernel_hang_not_a_frozen_emulator(guest: Guest) -> None:
+    # A task held a CPU in the kernel (here modprobe, as when rdmad loads a driver); the
+    # RCU stall report that follows it does not make it an emulator freeze.
+    guest.serial_log.write_text(BANNER + "booted\n" + LOCKUP + STALL)
+    assert guest.kernel_stall() is not None
+    assert guest.kernel_lockup() == LOCKUP.split("] ", 1)[1].strip()
+    with pytest.raises(GuestKernelHang, match=r"soft lockup .*\[modprobe:312\]") as exc:
+        guest.run("rdmad-ctl status")
+    assert not isinstance(exc.value, GuestFrozen | GuestAgentSilent)
+    assert "not an emulator freeze" in str(exc.value)
+
+
+def test_a_boot_with_a_soft_lockup_is_a_kernel_hang(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + LOCKUP)  # no boot-done marker
+    with pytest.raises(GuestKernelHang, match="no boot-done marker") as exc:
+        guest.wait_boot(0.0, started=time.monotonic())
+    assert not isinstance(exc.value, GuestFrozen)
+
+
+def test_a_freeze_met_while_handling_a_failure_names_it(guest: Guest) -> None:
+    guest.serial_log.write_text(BANNER + STALL)
+    try:
+        raise AssertionError("VF 1 still on vfio-pci")
+    except AssertionError:
+        with pytest.raises(GuestFrozen) as exc:
+            guest.run("rdmad-ctl status")  # the status an `except: log(...)` asks for
+        failure = sys.exception()
+    assert exc.value.met is failure
+    assert "after an earlier failure: AssertionError: VF 1 still on vfio-pci" in str(exc.value)
+    with pytest.raises(GuestFrozen) as clean:
+        guest.run("true")
+    assert clean.value.met is None
 
 
 class StalledExecAgent(GuestAgent):
@@ -167,3 +207,122 @@ def test_a_stuck_boot_says_what_systemd_waits_for(guest: Guest) -> None:
     guest.serial_log.write_text(BANNER + "login prompt\n")
     with pytest.raises(GuestBootStuck, match=r"lab-restore\.service start running"):
         guest.wait_boot(0.0, started=time.monotonic())
+
+
+# --- which failures conftest runs again (pytester, with conftest.py's own code) --------
+
+LAB_DIR = Path(__file__).resolve().parent
+
+# Each inner test fails on its first attempt only: a rerun shows as "1 passed, 1 rerun",
+# no rerun as "1 failed".
+INNER_PRELUDE = f'''
+import sys
+from pathlib import Path
+
+import pytest
+from harness import ExecResult, Guest, GuestAgentSilent, GuestFrozen, LabImage
+
+STALL = {STALL!r}
+LOCKUP = {LOCKUP!r}
+BANNER = {BANNER!r}
+ATTEMPTS = []
+
+
+class SilentAgent:
+    def exec(self, argv, *, timeout, stdin=None):
+        raise GuestAgentSilent("the guest agent did not answer in time")
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def frozen(tmp_path):
+    """A guest whose agent is silent and whose console says what the kernel reported."""
+    g = Guest(LabImage(tmp_path), name="t")
+    g.agent = SilentAgent()
+    g.serial_log.write_text(BANNER + STALL)
+    yield g
+    g.close()
+
+
+def first_attempt():
+    ATTEMPTS.append(1)
+    return len(ATTEMPTS) == 1
+'''
+
+INNER_CASES = {
+    "a freeze as the first failure": """
+def test_it(frozen):
+    if first_attempt():
+        frozen.run("rdmad-ctl status")
+""",
+    "an assertion, then a freeze in its except handler": """
+def test_it(frozen):
+    if first_attempt():
+        try:
+            assert False, "VF 1 still on vfio-pci"
+        except AssertionError:
+            print(frozen.run("rdmad-ctl status").out)  # except: log(status); raise
+            raise
+""",
+    "an assertion whose __context__ is a freeze": """
+def test_it(frozen):
+    if first_attempt():
+        try:
+            frozen.run("rdmad-ctl status")
+        except GuestFrozen:
+            assert False, "status did not answer"
+""",
+    "a soft lockup while rdmad acts": """
+def test_it(frozen):
+    frozen.serial_log.write_text(BANNER + LOCKUP + STALL)
+    if first_attempt():
+        frozen.run("modprobe igb")
+""",
+    "an assertion, then a freeze in teardown": """
+@pytest.fixture
+def stops_rdmad(frozen):
+    yield
+    frozen.run("systemctl stop rdmad")
+
+
+def test_it(frozen, stops_rdmad):
+    if first_attempt():
+        assert False, "VF 1 still on vfio-pci"
+    frozen.serial_log.write_text(BANNER)  # no freeze on the second attempt
+""",
+}
+
+
+def run_inner(pytester: pytest.Pytester, case: str) -> tuple[dict[str, int], str]:
+    # The inner run's conftest is the lab's own, so LAB_DIR is the inner directory and
+    # its tests are lab tests.
+    pytester.makeconftest((LAB_DIR / "conftest.py").read_text())
+    pytester.makeini(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    lab: lab test\n"
+    )
+    pytester.makepyfile(test_case=INNER_PRELUDE + INNER_CASES[case])
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rR")
+    return result.parseoutcomes(), result.stdout.str()
+
+
+def test_a_freeze_as_the_first_failure_is_rerun(pytester: pytest.Pytester) -> None:
+    outcomes, out = run_inner(pytester, "a freeze as the first failure")
+    assert outcomes == {"passed": 1, "rerun": 1}, out
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "an assertion, then a freeze in its except handler",
+        "an assertion whose __context__ is a freeze",
+        "a soft lockup while rdmad acts",
+        "an assertion, then a freeze in teardown",
+    ],
+)
+def test_a_failure_before_the_freeze_or_a_hang_is_not_rerun(
+    pytester: pytest.Pytester, case: str
+) -> None:
+    outcomes, out = run_inner(pytester, case)
+    assert outcomes.get("rerun", 0) == 0 and outcomes.get("failed", 0) == 1, out

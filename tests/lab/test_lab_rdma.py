@@ -182,3 +182,32 @@ def test_observing_never_loads_ib_core(fresh_guest: Guest) -> None:
     assert seen["rdma_links"] == [] and seen["rdma_netlink"] is True, seen
     assert not guest.module_loaded("ib_core"), seen
     assert not guest.module_loaded("ib_uverbs")
+
+    # While ib_core is still out, a kernel that cannot give RDMA netlink: the kernel's
+    # module loader answers for the family nothing registered (kernel.modprobe pointed
+    # at /bin/false), to a client whose tree says ib_core is loaded, so it opens the
+    # socket. The kernel's own refusal (EPROTONOSUPPORT) must read as "no NETLINK_RDMA".
+    loader = guest.read("/proc/sys/kernel/modprobe")
+    guest.check("echo /bin/false > /proc/sys/kernel/modprobe")
+    try:
+        refused = _rdmad_json(
+            guest,
+            """
+            import os, tempfile
+            async def main():
+                root = tempfile.mkdtemp()
+                os.makedirs(f"{root}/sys/module/ib_core")
+                rdma = RdmaNetlink(root=root)
+                try:
+                    return {"available": rdma.available(), "reason": rdma.reason}
+                finally:
+                    rdma.close()
+            """,
+        )
+    finally:
+        guest.check(f"echo {loader} > /proc/sys/kernel/modprobe")
+    assert refused == {
+        "available": False,
+        "reason": "the kernel has no RDMA netlink (NETLINK_RDMA)",
+    }, refused
+    assert not guest.module_loaded("ib_core")

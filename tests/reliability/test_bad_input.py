@@ -26,12 +26,12 @@ from rdmad import config
 from rdmad.agent import Agent, AgentOptions
 from rdmad.config import ConfigInvalid
 from rdmad.kernel.host import KernelHost
-from rdmad.model import PlanState
+from rdmad.model import PlanState, SetNumVfs
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
 from tests.agent.conftest import FakeHost, Notes
 from tests.support.fakeclock import FakeClock
-from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, mlx5_node
+from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
 
 GOOD = '[[rxe]]\nname = "rxe0"\nnetdev = { name = "eth0" }\n'
 KEYS = [
@@ -190,6 +190,7 @@ NAMES = st.text(NAME_CHARS, min_size=1, max_size=15).filter(
     lambda s: s not in (".", "..") and len(s.encode()) <= 15
 )
 ODD_TEXT = st.text(max_size=80) | st.binary(max_size=40).map(lambda b: b.decode("latin-1"))
+COUNT = st.integers(0, 300).map(str)
 ODD = st.fixed_dictionaries(
     {
         "netdev": NAMES,
@@ -198,8 +199,9 @@ ODD = st.fixed_dictionaries(
         "node_guid": ODD_TEXT,
         "vf_guid": ODD_TEXT,
         "policy": ODD_TEXT,
-        "numvfs": ODD_TEXT,
-        "totalvfs": ODD_TEXT,
+        # Counts: garbage, or a number (valid or not for this PF) as the kernel writes it.
+        "numvfs": ODD_TEXT | COUNT,
+        "totalvfs": ODD_TEXT | COUNT,
         "operstate": ODD_TEXT,
     }
 )
@@ -210,6 +212,7 @@ def declared(netdev: str) -> dict[str, Any]:
         "sriov": [
             {"pf": {"pci": MLX5_PF}, "numvfs": 4,
              "vf": [{"index": 0, "node_guid": "00:11:22:33:44:55:66:77"}]},
+            {"pf": {"pci": IGB_PF}, "numvfs": 2},  # its counts are the odd ones
             {"pf": {"name": netdev}, "numvfs": 2},
         ],
         "rxe": [{"name": "rxe0", "netdev": {"name": netdev}}],
@@ -226,7 +229,9 @@ def _write(root: Path, rel: str, text: str) -> None:
 @given(ODD)
 def test_odd_names_macs_guids_and_counts_in_sysfs_never_crash(odd: dict[str, str]) -> None:
     """A netdev with any valid-but-unusual name and garbage in the attributes rdmad
-    parses: observe, plan (with a config naming that netdev) and snapshot all return."""
+    parses: observe, plan (with a config naming that netdev) and snapshot all return;
+    a count that is a number is read as that number; and whatever the files say, the
+    plan destroys no VF and touches no VF in use."""
     root = Path(tempfile.mkdtemp(prefix="rdmad-odd-"))
     try:
         fs = mlx5_node(root)
@@ -245,10 +250,26 @@ def test_odd_names_macs_guids_and_counts_in_sysfs_never_crash(odd: dict[str, str
         if desired is None:
             # The kernel allows control characters in names, a config does not: such a
             # netdev is declared by MAC or PCI address instead.
-            assert {e.path for e in errors} == {"sriov[1].pf.name", "rxe[0].netdev.name"}
+            assert {e.path for e in errors} == {"sriov[2].pf.name", "rxe[0].netdev.name"}
             desired, errors = config.parse([("t.toml", declared("eth0"))])
             assert desired is not None, errors
-        plan(desired, observed, PlanState())
+        [igb] = [p for p in observed.pfs if p.pci == IGB_PF]
+        for attr in ("numvfs", "totalvfs"):
+            if odd[attr].isdecimal() and odd[attr].isascii():
+                assert getattr(igb, attr) == int(odd[attr]), (attr, odd[attr], igb)
+        actions = plan(desired, observed, PlanState())
+        # The igb PF shows none of its VFs (no virtfn links): whatever its count reads,
+        # none may be destroyed on its word (a write of 0), and QEMU's VF 1 of the mlx5
+        # PF is never written, whatever its policy file holds.
+        destroys = [a for a in actions if isinstance(a, SetNumVfs) and a.new == 0]
+        assert destroys == [], destroys
+        held = [
+            a
+            for a in actions
+            if a.changes_kernel
+            and (getattr(a, "vf", None) == 1 or getattr(a, "vf_pci", None) == MLX5_VFS[1])
+        ]
+        assert held == [], held
         snapshot(observed)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 STORM_CYCLES = 500  # a veth pair added and deleted: 20 uevents (2 netdevs, 4 queues each way)
 FLAPS = 1000
 CLIENTS = 100
+# RSS growth bounds, well above what was measured and well below the process (~52 MiB).
+STORM_RSS_GROWTH_KIB = 8 * 1024
+FLAPS_RSS_GROWTH_KIB = 4 * 1024
 pytestmark = [root_only, pytest.mark.netns]
 
 COUNTER = """
@@ -257,10 +260,15 @@ def test_uevent_storm_with_100_api_clients(daemon: Daemon) -> None:
     assert uevents >= 10_000
     assert passes <= uevents // 20  # at least 20 events per pass, coalesced
     assert answers.count(200) == CLIENTS, figures
-    assert end["VmRSS"] - base["VmRSS"] < 64 * 1024, figures
-    # net add/remove of both ends of each pair reach the agent (queue uevents are
-    # filtered out by subsystem); a resync after a lost burst would stand for the rest.
-    assert udev >= 4 * STORM_CYCLES or seen.get("resync", 0) > seen0.get("resync", 0), figures
+    # Measured +1.2-1.3 MiB (about 52 -> 53 MiB here): the bound is a fraction of the
+    # process, so 4 KiB kept per net event that reached the agent (2,000) fails it.
+    assert end["VmRSS"] - base["VmRSS"] < STORM_RSS_GROWTH_KIB, figures
+    # Every net add/remove of both ends of each pair reaches the agent, once (queue
+    # uevents are filtered out by subsystem), and none is lost: as root the monitor's
+    # 128 MiB receive buffer (rdmad/kernel/udev.py) holds the whole storm, so a resync
+    # (the kernel dropped some: ENOBUFS) is a failure here, not a stand-in for them.
+    assert udev == 4 * STORM_CYCLES, figures
+    assert seen.get("resync", 0) == seen0.get("resync", 0), figures
     # Nothing left behind: no socket or stream more than before; worker threads only.
     assert end["fds"] <= base["fds"] and end["Threads"] <= base["Threads"] + 8, figures
     assert objects(after) == objects(before)
@@ -291,7 +299,8 @@ def test_1000_link_flaps(daemon: Daemon) -> None:
     print("link-flaps", json.dumps(figures))
     assert netlink >= FLAPS, figures  # the flaps reached the agent (down and up)
     assert passes <= FLAPS // 10, figures
-    assert end["VmRSS"] - base["VmRSS"] < 32 * 1024, figures
+    # Measured +12-20 KiB: 2 KiB kept per netlink event (2,000) fails it.
+    assert end["VmRSS"] - base["VmRSS"] < FLAPS_RSS_GROWTH_KIB, figures
     assert end["fds"] <= base["fds"], figures
     assert objects(after) == objects(before)
     up = json.loads(

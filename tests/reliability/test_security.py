@@ -81,25 +81,38 @@ async def test_every_mutating_endpoint_is_refused_for_another_uid(
 
 def test_the_socket_never_exists_with_a_looser_mode(tmp_path: Path) -> None:
     """Watch the path while the socket is created and removed 50 times: every mode
-    ever seen there is the final one (it is bound and chmod'ed elsewhere, then renamed)."""
+    ever seen there is the final one (it is bound and chmod'ed elsewhere, then renamed).
+
+    Each socket is removed only once the watcher has seen one at the path, so the
+    watcher looked at every round (a watcher that never saw a socket proved nothing)."""
     path = tmp_path / "rdmad.sock"
     seen: set[int] = set()
+    sighted = threading.Event()
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
             with contextlib.suppress(FileNotFoundError):
                 seen.add(stat.S_IMODE(os.lstat(path).st_mode))
+                sighted.set()
 
     watcher = threading.Thread(target=watch)
     watcher.start()
+    rounds = 0
     try:
         for _ in range(50):
-            remove(listen(path, "rdmad-nonesuch"))  # no such group: root-only, 0600
+            sighted.clear()
+            listening = listen(path, "rdmad-nonesuch")  # no such group: root-only, 0600
+            try:
+                assert sighted.wait(10), f"the watcher never saw a socket at {path}"
+            finally:
+                remove(listening)
+            rounds += 1
     finally:
         done.set()
         watcher.join(10)
-    assert seen <= {0o600}, {oct(m) for m in seen}
+    assert rounds == 50
+    assert seen == {0o600}, {oct(m) for m in seen}
     assert sorted(os.listdir(tmp_path)) == []  # no staging directory left behind
 
 

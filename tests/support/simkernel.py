@@ -197,6 +197,9 @@ def _ib(pf: PfObserved, action: SetIbVf, hurt: list[str]) -> PfObserved:
     assert vf.ib is not None
     if action.rebind and vf.usage.busy:
         hurt.append(f"{vf.pci} rebound for new GUIDs")
+    elif vf.usage.busy:
+        # A policy "Down" takes the port of the VM using the VF down.
+        hurt.append(f"{vf.pci} InfiniBand policy rewritten while in use")
     new = dataclasses.replace(vf.ib, **{c.attr: c.new for c in action.changes})
     vfs[vfs.index(vf)] = dataclasses.replace(vf, ib=new)
     return dataclasses.replace(pf, vfs=tuple(vfs))

@@ -142,6 +142,29 @@ CASES: list[tuple[str, Desired, Observed, PlanState, dict[str, dict[str, str]]]]
         },
     ),
     (
+        "InfiniBand policy drift on a VF in use; its GUID's re-bind blocked",
+        desired(
+            sriov=[
+                sriov(
+                    2,
+                    {"index": 0, "policy": "Down"},
+                    {"index": 1, "policy": "Down", "node_guid": "00:11:22:33:44:55:66:77"},
+                )
+            ]
+        ),
+        node(with_usage(with_usage(pf(numvfs=2, ib=True), 0, HELD), 1, HELD)),
+        PlanState(),
+        {
+            OBJ: {
+                "vf0": "drift-on-in-use-vf",
+                "vf0.policy": "drift-on-in-use-vf",
+                "vf1": "blocked",
+                "vf1.node_guid": "blocked",
+                "vf1.policy": "drift-on-in-use-vf",
+            }
+        },
+    ),
+    (
         "PF missing",
         desired(sriov=[sriov(2, {"index": 0, "mac": MAC1})]),
         node(),

@@ -219,16 +219,32 @@ async def test_without_ib_core_loaded_nothing_opens_a_socket(
     assert opened == []
 
 
-def test_with_ib_core_a_kernel_without_rdma_netlink_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("err", "reason"),
+    [
+        (errno.EPROTONOSUPPORT, "the kernel has no RDMA netlink (NETLINK_RDMA)"),
+        (errno.EACCES, "cannot open an RDMA netlink socket: Permission denied"),
+    ],
+)
+def test_with_ib_core_a_socket_the_kernel_refuses_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, reason: str
+) -> None:
+    """The kernel's refusal, given here by the socket call (a real NETLINK_RDMA socket on
+    a host whose kernel ships ib_core would make it load ib_core there). The real
+    kernel's EPROTONOSUPPORT: tests/lab/test_lab_rdma.py::test_observing_never_loads_ib_core.
+    """
     (tmp_path / "sys/module/ib_core").mkdir(parents=True)
+    asked: list[tuple[object, ...]] = []
+
+    def refused(*args: object, **kwargs: object) -> socket.socket:
+        asked.append(args)
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(socket, "socket", refused)
     client = rdma.RdmaNetlink(root=tmp_path)
-    try:
-        ok = client.available()
-    finally:
-        client.close()
-    if ok:
-        pytest.skip("this kernel has NETLINK_RDMA")  # the lab covers that case
-    assert client.reason is not None and "NETLINK_RDMA" in client.reason
+    assert client.available() is False
+    assert client.reason == reason
+    assert [(a[0], a[2]) for a in asked] == [(socket.AF_NETLINK, 20)]  # NETLINK_RDMA, once
 
 
 def test_nlmsg_dataclass_is_plain() -> None:

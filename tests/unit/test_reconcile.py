@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -290,14 +291,49 @@ def test_ib_guids_rebind_free_vf() -> None:
     assert isinstance(a, SetIbVf) and a.rebind and a.ib_device == "mlx5_0"
 
 
-def test_ib_guid_on_used_vf_blocked_but_policy_applied() -> None:
+def test_ib_guid_on_used_vf_blocked_and_policy_reported() -> None:
     d = desired(
         sriov=[sriov(2, {"index": 1, "node_guid": "00:11:22:33:44:55:66:77", "policy": "Up"})]
     )
     actions = plan(d, node(pf(numvfs=2, ib=True, usage={1: HELD})), PlanState())
     assert any(isinstance(a, Blocked) and "pid 4242" in a.reason for a in actions)
+    assert not any(isinstance(a, SetIbVf) for a in actions)
+    [note] = [a for a in actions if isinstance(a, InUseDrift)]
+    assert (note.vf, note.attr) == (1, "policy") and "pid 4242" in note.reason
+
+
+def test_ib_guid_on_used_vf_blocked_and_policy_applied_when_declared() -> None:
+    vf = {"index": 1, "node_guid": "00:11:22:33:44:55:66:77", "policy": "Up"}
+    d = desired(sriov=[{**sriov(2, vf), "in_use_drift": "apply"}])
+    actions = plan(d, node(pf(numvfs=2, ib=True, usage={1: HELD})), PlanState())
+    assert any(isinstance(a, Blocked) and "pid 4242" in a.reason for a in actions)
     [ib] = [a for a in actions if isinstance(a, SetIbVf)]
     assert [c.attr for c in ib.changes] == ["policy"] and not ib.rebind
+
+
+@pytest.mark.parametrize("usage", [HELD, UNKNOWN])
+def test_ib_policy_on_in_use_vf_is_reported_not_rewritten(usage: Usage) -> None:
+    # policy Follow -> Down would take the VM's IB port down under it.
+    d = desired(sriov=[sriov(2, {"index": 1, "policy": "Down"})])
+    actions = plan(d, node(pf(numvfs=2, ib=True, usage={1: usage})), PlanState())
+    [note] = actions
+    assert isinstance(note, InUseDrift) and (note.vf, note.attr) == (1, "policy")
+    assert "Follow (declared Down)" in note.reason and usage.holders[0] in note.reason
+    [status] = summarize(declared_objects(d), actions)
+    assert status.state.value == "drift-on-in-use-vf"
+
+
+@pytest.mark.parametrize("where", ["pf", "vf"])
+def test_ib_policy_on_in_use_vf_applied_when_declared(where: str) -> None:
+    vf: dict[str, object] = {"index": 1, "policy": "Down"}
+    doc = sriov(2, vf)
+    if where == "pf":
+        doc["in_use_drift"] = "apply"
+    else:
+        vf["in_use_drift"] = "apply"
+    [a] = plan(desired(sriov=[doc]), node(pf(numvfs=2, ib=True, usage={1: HELD})), PlanState())
+    assert isinstance(a, SetIbVf) and not a.rebind
+    assert [(c.vf, c.attr, c.old, c.new) for c in a.changes] == [(1, "policy", "Follow", "Down")]
 
 
 def test_ib_guid_with_driver_change_rebinds_once() -> None:
@@ -651,7 +687,7 @@ def test_applying_plans_converges_and_hurts_nothing(
 ) -> None:
     d, o, s = case
     kernel, final = converge(d, o, s)
-    assert kernel.hurt == [], f"an in-use object was destroyed or rebound: {kernel.hurt}"
+    assert kernel.hurt == [], f"an in-use object was destroyed, rebound or rewritten: {kernel.hurt}"
     assert not any(a.changes_kernel for a in final), f"no fixed point: {final}"
     busy = any(v.usage.busy for p in o.pfs for v in p.vfs) or any(
         r.usage.busy for r in o.rdma_links
@@ -663,10 +699,18 @@ def test_applying_plans_converges_and_hurts_nothing(
 
 @settings(max_examples=300)
 @given(scenarios())
-def test_plan_is_idempotent_once_converged(case: tuple[Desired, Observed, PlanState]) -> None:
+def test_an_applied_write_is_not_planned_again(case: tuple[Desired, Observed, PlanState]) -> None:
+    """Idempotence step by step: a write, once applied, leaves nothing for the next pass to
+    write again (a planner that compared with the wrong value would write it every pass)."""
     d, o, s = case
-    kernel, final = converge(d, o, s)
-    assert plan(d, kernel.observed, s) == final
+    kernel = SimKernel(o)
+    for _ in range(6):
+        writes = [a for a in plan(d, kernel.observed, s) if a.changes_kernel]
+        if not writes:
+            break
+        kernel.apply_all(writes)
+        again = [a for a in plan(d, kernel.observed, s) if a.changes_kernel]
+        assert not [a for a in again if a in writes], f"planned again after applying: {again}"
 
 
 @settings(max_examples=300)
@@ -681,10 +725,19 @@ def test_plan_never_changes_count_of_pf_with_vfs_in_use(
             assert a.pci not in used
 
 
-def test_plan_is_pure() -> None:
-    d = desired(sriov=[sriov(4, {"index": 0, "mac": "02:00:00:00:00:01"})], rxe=[RXE])
-    o = node(pf(numvfs=4, ib=True))
-    assert plan(d, o, PlanState()) == plan(d, o, PlanState())
+@settings(max_examples=100)
+@given(scenarios(), scenarios())
+def test_plan_is_pure(
+    case: tuple[Desired, Observed, PlanState], other: tuple[Desired, Observed, PlanState]
+) -> None:
+    """No state carried between calls (a cache keyed on the config, say) and no input
+    changed: planning another node in between leaves a plan as it was, and every input
+    is deep-equal to a copy taken before."""
+    before = copy.deepcopy(case)
+    first = plan(*case)
+    plan(*other)
+    assert plan(*case) == first
+    assert case == before
 
 
 def test_ib_defaults_are_what_vfs_start_with() -> None:
