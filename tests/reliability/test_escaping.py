@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import structlog
 from rdmad import logs
 from rdmad.doctor.report import Check, Report
 from rdmad.guard import cli
-from rdmad.model import ObjectState
+from rdmad.model import ObjectState, Observed, PfObserved, RdmaLinkObserved, VfObserved
+from rdmad.snapshot import snapshot
 from rdmad.status import ObjectReport, StatusSnapshot
 from rdmad.text import safe, safe_lines
 from tests.support.fakesysfs import FakeSysfs, mlx5_node
@@ -146,3 +148,33 @@ def test_doctor_lines_escape_what_the_host_names() -> None:
     )
     for line in report.lines():
         assert raw_controls(line) == [], line
+
+
+def test_a_snapshot_with_hostile_names_is_valid_toml_without_controls() -> None:
+    """Its comments quote names and notes (an rxe link without netdev, a PF netdev): a
+    control character there drove the terminal and made the file invalid TOML."""
+    observed = Observed(
+        pfs=(
+            PfObserved(
+                "0000:3b:00.0",
+                "igb",
+                NETDEV,
+                3,
+                None,
+                None,
+                numvfs=1,
+                totalvfs=7,
+                vfs=(VfObserved(0, "0000:3b:10.0"),),
+            ),
+        ),
+        rdma_links=(
+            RdmaLinkObserved(f"rx{COMM}", "rxe", None),
+            RdmaLinkObserved("rxe1", "rxe", NETDEV),
+        ),
+        notes=(f"open files of pid 7 ({COMM}) could not be read",),
+    )
+    text = snapshot(observed, header=f"from {NETDEV}")
+    assert raw_controls(text) == [], text
+    doc = tomllib.loads(text)
+    assert "eth\\x9b2J0" in text and "rx\\x1b]0;pwned\\x07" in text  # comments, escaped
+    assert doc["rxe"] == [{"name": "rxe1", "netdev": {"name": NETDEV}}]  # values exact
