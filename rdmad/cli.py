@@ -22,6 +22,7 @@ from rdmad.fileio import write_atomic
 from rdmad.kernel.oneshot import observe_host
 from rdmad.model import Action, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
+from rdmad.text import safe
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 BOOT_ID = "proc/sys/kernel/random/boot_id"  # under --root
@@ -121,7 +122,7 @@ def _load(args: argparse.Namespace) -> config.LoadedConfig | None:
         else:
             print(f"rdmad: {len(exc.errors)} error(s) in the config:", file=sys.stderr)
             for err in exc.errors:
-                print(f"  {err}", file=sys.stderr)
+                print(f"  {safe(str(err))}", file=sys.stderr)
         return None
 
 
@@ -152,7 +153,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         observed = observe_host(Path(args.root))
     except OSError as exc:
-        print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
+        print(f"rdmad: cannot observe {args.root}: {safe(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
     # The daemon's own memory of which rxe links it created, by its own rule (only
     # within the boot that created them), so the plan is what the daemon would do.
@@ -215,7 +216,9 @@ def _print_daemon_plan(as_json: bool) -> bool:
     except NotRunning:
         return False
     except CtlError as exc:
-        print(f"rdmad: no plan from the daemon ({exc}); computing it here", file=sys.stderr)
+        print(
+            f"rdmad: no plan from the daemon ({safe(str(exc))}); computing it here", file=sys.stderr
+        )
         return False
     except (KeyError, TypeError) as exc:
         print(
@@ -259,7 +262,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     try:
         observed = observe_host(Path(args.root))
     except OSError as exc:
-        print(f"rdmad: cannot observe {args.root}: {exc}", file=sys.stderr)
+        print(f"rdmad: cannot observe {args.root}: {safe(str(exc))}", file=sys.stderr)
         return EXIT_FAIL
     where = "this host" if args.root == "/" else args.root
     unknown = settings_unknown(observed)
@@ -304,7 +307,7 @@ def _print_plan(
     )
     print(f"  {state_line}")
     for note in observed.notes:
-        print(f"  note: {note}")
+        print(f"  note: {safe(note)}")
     print()
     # The same layout as the daemon's plan (rdmad-ctl plan), from one place.
     from rdmad.ctl.render import plan_body

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from rdmad.text import safe, safe_lines
+
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -51,6 +53,26 @@ class _JournalFormatter(structlog.stdlib.ProcessorFormatter):
         return f"<{prio}>" + super().format(record)
 
 
+# Values the renderers print as they are; everything else is shown through str() or repr().
+_PLAIN = (int, float, bool, type(None))
+
+
+def escape_text(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """A structlog processor: every value made safe for a terminal and the journal
+    (``rdmad.text.safe``): log lines quote netdev names, holders' ``comm``, config values
+    and the kernel's words, which others choose. A traceback keeps its lines."""
+    out: dict[str, Any] = {}
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            value = safe_lines(value) if key in ("exception", "stack") else safe(value)
+        elif not isinstance(value, _PLAIN):
+            text = str(value)  # what logfmt prints; the console's repr() escapes already
+            if not text.isprintable():
+                value = safe(text)
+        out[key] = value
+    return out
+
+
 def configure(
     level: str = "info",
     fmt: str = "auto",
@@ -74,8 +96,10 @@ def configure(
     if not journald:
         pre.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
     renderer: Any
+    escape: list[Any] = [escape_text]  # text lines go to a terminal or the journal
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
+        escape = []  # JSON escapes control characters itself; the strings stay exact
     elif fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     else:
@@ -88,6 +112,7 @@ def configure(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
+            *escape,
             renderer,
         ],
     )

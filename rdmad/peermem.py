@@ -36,6 +36,9 @@ RELEVANT = frozenset({GPU_DRIVER, RDMA_CORE, "mlx5_ib", "mlx5_core", "ib_uverbs"
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
 # How the kernel layer appends the kernel log's lines to a failed modprobe's words.
 KERNEL_LOG_SEP = "; kernel log: "
+# Why no module can be loaded (rdmad.modsupport tells which applies, for every module).
+MODULES_DISABLED = "module loading is disabled until reboot (/proc/sys/kernel/modules_disabled = 1)"
+NO_MODULE_SUPPORT = "this kernel has no loadable module support (built without CONFIG_MODULES)"
 
 Mode = Literal["auto", "require", "off"]
 Severity = Literal["info", "warning", "blocking"]
@@ -87,6 +90,7 @@ class PeermemFacts:
     files: tuple[ModuleFile, ...] = ()  # installed candidates, in CANDIDATES order
     modules_dep: bool = True  # /lib/modules/RELEASE/modules.dep was readable
     loading_disabled: bool | None = False  # None: unreadable
+    module_support: bool = True  # False: built without CONFIG_MODULES (nothing can load)
     sig_enforce: bool | None = False
     peer_api: bool | None = None  # ib_core exports PEER_API; None: not known
     dmabuf_symbol: bool | None = None
@@ -102,6 +106,7 @@ class PeermemFacts:
             self.loaded,
             self.files,
             self.loading_disabled,
+            self.module_support,
             self.sig_enforce,
             self.peer_api,
         )
@@ -182,17 +187,25 @@ def gather(fs: Reader, *, full: bool = True, kernel_log: Sequence[str] = ()) -> 
     states = parse_proc_modules(proc) if proc is not None else {}
     present = set(fs.listdir("sys/module"))
     builtin = frozenset(m for m in present if m in RELEVANT and m not in states)
+    disabled_text = fs.read("proc/sys/kernel/modules_disabled")
+    disabled = None if disabled_text is None else disabled_text.strip() == "1"
+    # Without CONFIG_MODULES neither file exists: that is an answer, not a failed read.
+    supported = not (
+        proc is None
+        and disabled_text is None
+        and not fs.exists("proc/modules")
+        and not fs.exists("proc/sys/kernel/modules_disabled")
+    )
     if proc is None:
         # No /proc/modules: a module is loaded when its initstate says live; none = built in.
         loaded = {
             m for m in present if m in RELEVANT and fs.read(f"sys/module/{m}/initstate") != "coming"
         }
-        unread.append("/proc/modules")
+        if supported:
+            unread.append("/proc/modules")
     else:
         loaded = {m for m, s in states.items() if m in RELEVANT and s == "Live"} | builtin
-    disabled_text = fs.read("proc/sys/kernel/modules_disabled")
-    disabled = None if disabled_text is None else disabled_text.strip() == "1"
-    if disabled is None and fs.exists("proc/sys/kernel"):
+    if disabled is None and supported and fs.exists("proc/sys/kernel"):
         unread.append("/proc/sys/kernel/modules_disabled")
     sig = fs.read("sys/module/module/parameters/sig_enforce")
     sig_enforce = sig.strip() == "Y" if sig is not None else None
@@ -203,6 +216,7 @@ def gather(fs: Reader, *, full: bool = True, kernel_log: Sequence[str] = ()) -> 
         loaded=frozenset(loaded),
         builtin=builtin,
         loading_disabled=disabled,
+        module_support=supported,
         sig_enforce=sig_enforce,
         probed=False,
         unread=tuple(unread),
@@ -253,6 +267,7 @@ def _gather_more(
         files=tuple(files),
         modules_dep=has_dep,
         loading_disabled=facts.loading_disabled,
+        module_support=facts.module_support,
         sig_enforce=facts.sig_enforce,
         peer_api=peer_api,
         dmabuf_symbol=dmabuf,
@@ -365,12 +380,24 @@ ORDER_HINT = (
 def preflight(facts: PeermemFacts) -> list[Finding]:
     """Findings that say, before any modprobe, that loading peermem cannot work now."""
     out: list[Finding] = []
+    if not facts.module_support:
+        out.append(
+            Finding(
+                "no-module-support",
+                "blocking",
+                NO_MODULE_SUPPORT,
+                "the GPU driver and its peer-memory module are loadable modules: run a kernel "
+                "built with CONFIG_MODULES",
+                lasting=True,
+            )
+        )
+        return out
     if facts.loading_disabled:
         out.append(
             Finding(
                 "modules-disabled",
                 "blocking",
-                "module loading is disabled until reboot (/proc/sys/kernel/modules_disabled = 1)",
+                MODULES_DISABLED,
                 "load the peer-memory module before modules_disabled is set (modules-load.d), "
                 "or reboot",
                 lasting=True,

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from rdmad.model import NO_DRIVER, Observed, PfObserved, VfObserved, VfSettings, VfSpec
 from rdmad.model.validation import SpecError, validate
+from rdmad.text import safe
 
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ZERO_MAC = "00:00:00:00:00:00"
@@ -81,7 +82,9 @@ def snapshot(observed: Observed, header: str = "") -> str:
             lines.append(f"netdev = {{ name = {_str(link.netdev)} }}")
         elif link.is_rxe:
             lines += ["", f"# rxe link {link.name} has no netdev now, so it is not declared"]
-    return "\n".join(lines).lstrip("\n") + "\n"
+    # Comments quote names and notes as the kernel gives them; a control character there
+    # would drive a terminal and is not allowed in TOML. Values are JSON-escaped already.
+    return "\n".join(safe(line) for line in lines).lstrip("\n") + "\n"
 
 
 def _sriov(pf: PfObserved) -> list[str]:

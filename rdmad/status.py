@@ -18,7 +18,18 @@ from typing import Any, Protocol
 
 import structlog
 
-from rdmad.model import Action, ObjectDetail, ObjectState, ObjectStatus, PauseObserved
+from rdmad.model import (
+    Action,
+    NodeState,
+    ObjectDetail,
+    ObjectState,
+    ObjectStatus,
+    PauseObserved,
+    Verdict,
+    node_verdict,
+)
+from rdmad.model.status import worst_object
+from rdmad.text import safe
 
 log = structlog.get_logger("rdmad.status")
 
@@ -117,6 +128,9 @@ class StatusSnapshot:
     # The last pass observed the kernel and planned (False: observe() or plan() failed,
     # and ``objects`` are those of the pass before).
     last_pass_ok: bool = True
+    # Why passes fail, while they do ("observing the kernel failed: [Errno 24] ..., 3
+    # passes in a row"); None once a pass worked.
+    pass_error: str | None = None
     ready: bool = False
     dry_run: bool = False
     start_kind: str = ""  # boot, restart, first-start
@@ -129,42 +143,59 @@ class StatusSnapshot:
     def count(self, state: ObjectState) -> int:
         return sum(1 for o in self.objects if o.state is state)
 
+    def verdict(self) -> Verdict:
+        """converged / not converged / degraded / starting, and why (rdmad.model.status)."""
+        return node_verdict(
+            self._statuses(),
+            passes=self.passes,
+            config_errors=len(self.config_errors),
+            pass_error=self.pass_error,
+        )
+
+    @property
+    def converged(self) -> bool:
+        return self.verdict().converged
+
+    def _statuses(self) -> list[ObjectStatus]:
+        """Each object's state and reason (its last error while it has one)."""
+        return [ObjectStatus(o.obj, o.state, o.last_error or o.message) for o in self.objects]
+
+    def _tally(self) -> str:
+        """ "3 object(s), 2 converged, 1 blocked; OBJ: why" (the most urgent object's why)."""
+        if not self.objects:
+            return "nothing declared"
+        parts = [f"{len(self.objects)} object(s)"]
+        parts += [
+            f"{self.count(state)} {state.value}" for state in ObjectState if self.count(state)
+        ]
+        tally = ", ".join(parts)
+        worst = worst_object(self._statuses())
+        return tally if worst is None else f"{tally}; {worst.obj}: {worst.message}"
+
     def summary(self) -> str:
-        """One line for sd_notify STATUS= and logs."""
-        if self.passes == 0:
+        """One line for sd_notify STATUS= and logs: the verdict first, unless the tally
+        says it alone (every object converged, or nothing declared). Escaped
+        (rdmad.text): it quotes names and holders, and a newline in STATUS= would be a
+        second sd_notify assignment."""
+        verdict = self.verdict()
+        if verdict.state is NodeState.STARTING:
             head = "starting: first reconcile pass"
-        elif not self.objects:
-            head = "nothing declared"
+        elif verdict.state is NodeState.DEGRADED and self.pass_error is not None:
+            head = f"DEGRADED: {verdict.reason}; the last pass that worked: {self._tally()}"
         else:
-            parts = [f"{len(self.objects)} object(s)"]
-            for state in ObjectState:
-                n = self.count(state)
-                if n:
-                    parts.append(f"{n} {state.value}")
-            head = ", ".join(parts)
-            worst = next(
-                (o for state in _WORST_FIRST for o in self.objects if o.state is state),
-                None,
-            )
-            if worst is not None:
-                msg = worst.last_error or worst.message
-                head += f"; {worst.obj}: {msg}"
+            head = self._tally()
+            if verdict.state is NodeState.DEGRADED:
+                head = f"DEGRADED: {head}"
+            elif verdict.state is NodeState.NOT_CONVERGED:
+                head = f"NOT converged: {head}"
+            elif self.count(ObjectState.CONVERGED) != len(self.objects):
+                head = f"converged: {head}"  # e.g. an attribute its driver refuses
         if self.config_errors:
             kept = "last good kept" if self.config_ok else "no valid config yet: nothing managed"
             head += f"; config invalid ({len(self.config_errors)} error(s)), {kept}"
         if self.dry_run:
             head = "dry run: " + head
-        return head[:400]
-
-
-# Which object's reason the one-line summary names: the most urgent first.
-_WORST_FIRST = (
-    ObjectState.DEGRADED,
-    ObjectState.BLOCKED,
-    ObjectState.PENDING,
-    ObjectState.DRIFT_IN_USE,
-    ObjectState.UNSUPPORTED,
-)
+        return safe(head)[:400]
 
 
 # A change as subscribers hear it: ("status", StatusSnapshot), ("history", HistoryEntry)

@@ -152,6 +152,18 @@ class Reporter:
         except Exception as exc:
             log.exception("status.crashed")
             self.notes["status"] = f"internal error building status: {exc}"
+            # The last snapshot must not go on saying what it said: this pass's news is
+            # lost, so readers are told the node is degraded and why.
+            current = self.status.current
+            self.status.publish(
+                replace(
+                    current,
+                    passes=self.shared.pass_count,
+                    last_pass_ok=False,
+                    pass_error=self.notes["status"],
+                    notes=tuple(dict.fromkeys((*current.notes, self.notes["status"]))),
+                )
+            )
         else:
             self.notes.pop("status", None)
 
@@ -227,6 +239,7 @@ class Reporter:
                 last_cause=last.cause if last is not None else "",
                 # Published without a fresh observation once passes ran: observe or plan failed.
                 last_pass_ok=observed is not None or last is None,
+                pass_error=None if observed is not None or last is None else self._pass_error(),
                 ready=self.ready,
                 dry_run=shared.options.dry_run,
                 start_kind=memory.start_kind if memory is not None else "",
@@ -237,6 +250,14 @@ class Reporter:
                 pause=observed.pause if observed is not None else self.status.current.pause,
             )
         )
+
+    def _pass_error(self) -> str:
+        """Why the last pass ended before planning, and for how many passes in a row."""
+        backoff = self.shared.backoff
+        f = backoff.get("observe") or backoff.get("plan")
+        if f is None:
+            return "the pass ended before planning"
+        return f.error if f.failures < 2 else f"{f.error} ({f.failures} passes in a row)"
 
     def _details(self, observed: Observed, actions: list[Action]) -> dict[str, ObjectDetail]:
         """Per-VF and per-attribute detail; a bug in it costs the detail, not the status."""

@@ -19,9 +19,6 @@ from rdmad.status import HistoryEntry, ObjectReport, PlanReport, StatusSnapshot
 API_VERSION = 1
 HISTORY_DEFAULT_LIMIT = 200
 
-# States an object can rest in: nothing more rdmad can do about it by itself.
-RESTING = frozenset({ObjectState.CONVERGED, ObjectState.UNSUPPORTED, ObjectState.DRIFT_IN_USE})
-
 
 class BadQuery(ValueError):
     """A query parameter that does not parse; the message names it."""
@@ -37,11 +34,9 @@ class DaemonFacts:
 
 
 def converged(snap: StatusSnapshot) -> bool:
-    """A node an operator need not look at: a pass ran, the config is valid, and every
-    object rests (converged, or an attribute its driver refuses, or drift on a VF in use)."""
-    return (
-        snap.passes > 0 and not snap.config_errors and all(o.state in RESTING for o in snap.objects)
-    )
+    """The node's verdict is converged (``rdmad.model.status.node_verdict``: the one
+    definition the CLI, StatusText, the metrics and the alert share)."""
+    return snap.converged
 
 
 def counts(snap: StatusSnapshot) -> dict[str, int]:
@@ -87,6 +82,7 @@ def _status_head(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
         "version": __version__,
         "summary": snap.summary(),
         "converged": converged(snap),
+        "verdict": snap.verdict().to_json(),
         "daemon": {
             "pid": facts.pid,
             "ready": snap.ready,
@@ -98,6 +94,8 @@ def _status_head(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
             "last_pass_at": snap.last_pass_at,
             "last_pass_seconds": snap.last_pass_seconds,
             "last_cause": snap.last_cause,
+            "last_pass_ok": snap.last_pass_ok,
+            "pass_error": snap.pass_error,
             "config_ok": snap.config_ok,
             "config_errors": list(snap.config_errors),
             "config_files": list(snap.config_files),
@@ -157,6 +155,7 @@ def status_event(snap: StatusSnapshot) -> dict[str, Any]:
     return {
         "summary": snap.summary(),
         "converged": converged(snap),
+        "verdict": snap.verdict().to_json(),
         "counts": counts(snap),
         "passes": snap.passes,
     }

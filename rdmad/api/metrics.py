@@ -227,6 +227,10 @@ class _NowCollector(Collector):
                 in_use += 1
         now.unsupported.add_metric([], unsupported)
         now.in_use.add_metric([], in_use)
+        # The node's verdict (rdmad.model.status.node_verdict), the one rdmad-ctl and
+        # /v1/status give: the RdmadNotConverged alert reads it rather than re-deriving it.
+        now.converged.add_metric([], 1 if snap.converged else 0)
+        now.passes_failing.add_metric([], 0 if snap.pass_error is None else 1)
         now.ready.add_metric([], 1 if snap.ready else 0)
         now.paused.add_metric([], 1 if snap.pause is not None else 0)
         now.config_valid.add_metric([], 0 if snap.config_errors else 1)
@@ -271,6 +275,17 @@ class _Now:
             "VFs (and rxe links) whose change rdmad holds back because they are in use.",
             labels=[],
         )
+        self.converged = g(
+            "rdmad_converged",
+            "1 when the node is converged (rdmad-ctl status exits 0), else 0.",
+            labels=[],
+        )
+        self.passes_failing = g(
+            "rdmad_passes_failing",
+            "1 while reconcile passes fail before planning (observing the kernel failed); "
+            "rdmad-ctl status says why.",
+            labels=[],
+        )
         self.ready = g(
             "rdmad_ready", "1 once the first reconcile finished (systemd READY=1).", labels=[]
         )
@@ -306,6 +321,8 @@ class _Now:
             self.vfs_present,
             self.unsupported,
             self.in_use,
+            self.converged,
+            self.passes_failing,
             self.ready,
             self.guard,
             self.paused,

@@ -248,6 +248,7 @@ class Routes:
             "seconds": snap.last_pass_seconds,
             "summary": snap.summary(),
             "converged": docs.converged(snap),
+            "verdict": snap.verdict().to_json(),
         }
         return _json(doc, status=200 if answered else 202)
 

@@ -47,11 +47,12 @@ def run(argv: list[str] | None, ctx: Ctx) -> int:
         ctx.out.flush()  # here, where a reader that went away is handled, not at exit
         return code
     except CtlError as exc:
-        ctx.warn(str(exc))
         if exc.exit_code == exits.NOT_RUNNING:
             from rdmad.ctl.client import START_HINT
 
-            ctx.err.write(f"  {START_HINT}\n")
+            ctx.warn(str(exc), START_HINT)
+        else:
+            ctx.warn(str(exc))
         return exc.exit_code
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         # An answer of the wrong shape reached the printing: say so, never a traceback.

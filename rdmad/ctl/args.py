@@ -67,8 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "converged with their reasons, and for a VF in use who holds it (pid, comm,\n"
         "VM or namespace). States: converged, pending, blocked, degraded (applying\n"
         "failed, retried with backoff), unsupported-by-driver, drift-on-in-use-vf.\n"
-        "Exit 0 when converged, 1 when not, 3 when rdmad is not running (then the\n"
-        "last saved state is shown).",
+        "The headline is the daemon's verdict: converged (every object converged or\n"
+        "unsupported-by-driver), NOT converged, or DEGRADED (passes fail: it names the\n"
+        "error). Exit 0 when converged, 1 when not, 3 when rdmad is not running (then\n"
+        "the last saved state is shown).",
     ),
     "plan": (
         "the daemon's exact next pass, without applying it",

@@ -15,6 +15,7 @@ import time
 
 from rdmad.ctl import exits, offline, render
 from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed
+from rdmad.text import safe
 
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -65,8 +66,12 @@ class Ctx:
         json.dump(doc, self.out, indent=2)
         self.out.write("\n")
 
-    def warn(self, text: str) -> None:
-        self.err.write(f"rdmad-ctl: {text}\n")
+    def warn(self, text: str, *more: str) -> None:
+        """One line (escaped: it often quotes the daemon or the system), then ``more``,
+        lines of rdmad-ctl's own, indented."""
+        self.err.write(f"rdmad-ctl: {safe(text)}\n")
+        for line in more:
+            self.err.write(f"  {line}\n")
 
 
 def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
@@ -82,7 +87,7 @@ def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
 
 
 def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
-    ctx.warn(f"{exc}\n  {START_HINT}")
+    ctx.warn(str(exc), START_HINT)
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     if args.json:
         ctx.json({"running": False, "socket": args.socket, "error": str(exc), "state": state})
@@ -125,7 +130,7 @@ def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int
         for e in state["history"]
         if (obj is None or e.get("obj") == obj) and (since is None or _at(e) >= since)
     ][-(args.limit or 200) :]
-    ctx.warn(f"{exc}\n  {START_HINT}")
+    ctx.warn(str(exc), START_HINT)
     if args.json:
         ctx.json(
             {
@@ -210,7 +215,7 @@ def _config_rejected(ctx: Ctx, client: Client, quiet: bool) -> bool:
         kept = "the last good config is kept" if daemon.get("config_ok") else "nothing managed"
         ctx.warn(f"the config is invalid ({len(errors)} error(s)); {kept}:")
         for error in errors:
-            ctx.err.write(f"  {error}\n")
+            ctx.err.write(f"  {safe(str(error))}\n")
     return bool(errors)
 
 
@@ -283,7 +288,7 @@ def _paused(args: argparse.Namespace, ctx: Ctx, client: Client, doc: Any, what: 
     if args.json:
         ctx.json({**doc, "pause": pause_doc})
     elif pause_doc:
-        ctx.print([f"{what}: {pause_doc.get('describe')}"])
+        ctx.print([f"{what}: {render.printable(pause_doc.get('describe'))}"])
     else:
         ctx.print([f"{what}: not paused; rdmad restores what was held back"])
     return exits.OK

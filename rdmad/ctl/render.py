@@ -11,6 +11,8 @@ import errno as _errno
 import json
 import time
 
+from rdmad.text import safe
+
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -47,6 +49,20 @@ class Style:
 
 
 PLAIN = Style(False)
+
+
+def printable(doc: Any) -> Any:
+    """A copy of a document (or any JSON value) with every string, keys too, made safe
+    for a terminal (``rdmad.text.safe``): names, holders' ``comm``, reasons and errors
+    come from others. Every text entry point below starts with it; ``--json`` prints
+    the document as it came (JSON escapes control characters itself)."""
+    if isinstance(doc, str):
+        return safe(doc)
+    if isinstance(doc, dict):
+        return {printable(k): printable(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [printable(v) for v in doc]
+    return doc
 
 
 # --- small formats ------------------------------------------------------------------------
@@ -155,15 +171,21 @@ def status_lines(
 ) -> list[str]:
     """``rdmad-ctl status``: the daemon, one line per object, then what is not converged
     (every VF and attribute with ``verbose``), then config problems and notes."""
+    doc = printable(doc)
     lines = [_daemon_line(doc, now)]
     counts = doc.get("counts") or {}
     objects = doc.get("objects") or []
     tally = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
-    verdict = "converged" if doc.get("converged") else "NOT converged"
     lines.append(
-        f"Node {verdict}: {plural(len(objects), 'object')}" + (f", {tally}" if tally else "")
+        f"Node {verdict_word(doc)}: {plural(len(objects), 'object')}"
+        + (f", {tally}" if tally else "")
     )
     daemon = doc.get("daemon") or {}
+    if daemon.get("pass_error"):
+        lines.append(
+            f"  passes fail: {daemon['pass_error']}; the objects below are what the last "
+            "pass that worked saw"
+        )
     lines += _config_lines(daemon)
     pause = daemon.get("pause")
     if pause:
@@ -187,6 +209,15 @@ def status_lines(
     for note in daemon.get("notes") or []:
         lines.append(f"note: {note}")
     return lines
+
+
+def verdict_word(doc: dict[str, Any]) -> str:
+    """The daemon's verdict in one word or two: its ``converged`` decides (the exit code
+    follows it), ``verdict.state`` says how it is not (docs/API.md)."""
+    if doc.get("converged") is True:
+        return "converged"
+    state = str((doc.get("verdict") or {}).get("state"))
+    return {"degraded": "DEGRADED", "starting": "NOT converged yet"}.get(state, "NOT converged")
 
 
 def _header_bold(lines: list[str], style: Style) -> list[str]:
@@ -335,7 +366,7 @@ def plan_body(
     """The object table and the numbered changes, as ``rdmad plan`` has always printed
     them. ``objects``: (object, state, reason); ``actions``: docs/API.md's plan actions
     (obj, kind, describe, reason, changes_kernel)."""
-    objects, actions = list(objects), list(actions)
+    objects, actions = printable(list(objects)), printable(list(actions))
     width = max([len(o[0]) for o in objects] + [6])
     lines = [f"{'OBJECT':<{width}}  STATE"]
     for obj, state, reason in objects:
@@ -360,6 +391,7 @@ def plan_body(
 
 def plan_lines(doc: dict[str, Any], now: float, source: str) -> list[str]:
     """``GET /v1/plan`` as text: where it came from, then ``plan_body``."""
+    doc = printable(doc)
     made = f"made {ago(doc.get('at'), now)} ({clock(doc.get('at'))})"
     head = f"The running rdmad's next pass ({source}), {made}"
     if doc.get("dry_run"):
@@ -375,6 +407,7 @@ def plan_lines(doc: dict[str, Any], now: float, source: str) -> list[str]:
 
 
 def history_rows(entries: Iterable[dict[str, Any]]) -> list[list[str]]:
+    entries = printable(list(entries))
     rows = [["TIME", "EVENT", "OBJECT", "WHAT", "WHY"]]
     rows += [
         [
@@ -405,12 +438,13 @@ def _why(entry: dict[str, Any]) -> str:
 def event_line(event: str, data: str, now: float, style: Style = PLAIN) -> str:
     """One line per server-sent event for ``watch``."""
     try:
-        doc = json.loads(data)
+        doc = printable(json.loads(data))
     except ValueError:
         doc = None
+    event, data = safe(event), safe(data)
     stamp = time.strftime("%H:%M:%S", time.localtime(now))
     if event == "status" and isinstance(doc, dict):
-        verdict = "converged" if doc.get("converged") else "NOT converged"
+        verdict = verdict_word(doc)
         counts = doc.get("counts") or {}
         tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing declared"
         word = style.paint(verdict, "converged" if doc.get("converged") else "pending")
@@ -428,6 +462,8 @@ def event_line(event: str, data: str, now: float, style: Style = PLAIN) -> str:
 
 
 def config_lines(doc: dict[str, Any]) -> list[str]:
+    raw = doc.get("values") or []  # values as JSON text: json.dumps escapes them itself
+    doc = printable(doc)
     files = doc.get("files") or []
     lines = [f"config files: {', '.join(files) if files else 'none (nothing declared)'}"]
     errors = doc.get("errors") or []
@@ -441,30 +477,31 @@ def config_lines(doc: dict[str, Any]) -> list[str]:
     values = doc.get("values") or []
     if values:
         rows = [["KEY", "VALUE", "FROM"]]
-        for v in values:
+        for v, r in zip(values, raw, strict=True):
             where = str(v.get("file") or "(default)")
             if v.get("file_key") and v.get("file_key") != v.get("key"):
                 where += f": {v['file_key']}"
-            rows.append([str(v.get("key")), json.dumps(v.get("value")), where])
+            rows.append([str(v.get("key")), json.dumps(r.get("value")), where])
         lines += ["", *table(rows)]
     return lines
 
 
 def trigger_lines(what: str, doc: dict[str, Any], wait: float) -> list[str]:
     """The answer to ``reload``/``reconcile``."""
+    doc = printable(doc)
     if doc.get("pass") is None:
         if wait <= 0:
             return [f"{what}: queued (not waiting for the pass)"]
         return [f"{what}: queued; no pass answered it within {wait:g} s"]
-    verdict = "converged" if doc.get("converged") else "NOT converged"
     return [
-        f"{what}: pass {doc['pass']} ({millis(doc.get('seconds'))}): {verdict}",
+        f"{what}: pass {doc['pass']} ({millis(doc.get('seconds'))}): {verdict_word(doc)}",
         f"  {doc.get('summary', '')}",
     ]
 
 
 def offline_lines(state: dict[str, Any], now: float, recent: int = 10) -> list[str]:
     """What the state file holds, for ``status`` when the daemon is down."""
+    state = printable(state)
     path = state["file"]
     if not state["readable"]:
         return [f"No saved state to show: {state['problem']}"]

@@ -2,8 +2,9 @@
 
 It loads, unloads and writes nothing, needs no daemon, no root and no tool (modprobe,
 modinfo, ip, rdma): it reads /sys, /proc and /lib/modules directly and says what it
-could not read and why. Standard library only (and ``rdmad.peermem``, which is too), so
-rdmad-ctl stays fast and the doctor runs where rdmad's own dependencies are broken.
+could not read and why. Standard library only (and ``rdmad.peermem``, ``rdmad.modsupport``
+and ``rdmad.text``, which are too), so rdmad-ctl stays fast and the doctor runs where
+rdmad's own dependencies are broken.
 
 * ``fs``: the read-only root, remembering what it was refused;
 * ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV);

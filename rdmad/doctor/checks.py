@@ -17,7 +17,7 @@ import tomllib
 from collections import Counter
 from typing import Any
 
-from rdmad import peermem
+from rdmad import modsupport, peermem
 from rdmad.doctor.fs import Root
 from rdmad.doctor.report import Check, Report
 
@@ -249,23 +249,28 @@ def iommu(fs: Root, log: list[str]) -> Check:
 
 
 def module_loading(fs: Root) -> Check:
+    level = modsupport.support(fs)
+    if level == "none":
+        # Neither file exists there: say so, rather than quote a value nobody can read.
+        return Check(
+            "module-loading",
+            "info",
+            f"{modsupport.NO_SUPPORT}: only built-in drivers (rdma_rxe too) can be used",
+            ("/proc/modules and /proc/sys/kernel/modules_disabled do not exist",),
+        )
     disabled = fs.read("proc/sys/kernel/modules_disabled")
     sig = fs.read("sys/module/module/parameters/sig_enforce")
     evidence = [
         f"/proc/sys/kernel/modules_disabled = {disabled if disabled is not None else '?'}",
         f"/sys/module/module/parameters/sig_enforce = {sig if sig is not None else '?'}",
     ]
-    if disabled == "1":
+    if level == "disabled":
         return Check(
             "module-loading",
             "warn",
             "disabled until reboot: modules not loaded now (peermem, rdma_rxe, drivers) cannot be",
             tuple(evidence),
             "load what RDMA needs before modules_disabled is set (modules-load.d), or reboot",
-        )
-    if disabled is None and not fs.exists("proc/modules"):
-        return Check(
-            "module-loading", "info", "the kernel has no loadable module support", tuple(evidence)
         )
     if disabled is None:
         return Check("module-loading", "unknown", "modules_disabled not readable", tuple(evidence))
@@ -333,29 +338,47 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
 
 
 def rxe(fs: Root, release: str | None) -> Check:
-    state = module_state(fs, "rdma_rxe")
-    if state in ("module", "built-in"):
-        return Check("rxe", "ok", f"rdma_rxe {'loaded' if state == 'module' else state}")
-    if release is None:
-        return Check("rxe", "unknown", "running kernel release not readable")
-    base = f"lib/modules/{release}"
-    builtin = fs.read(f"{base}/modules.builtin") or ""
-    if re.search(r"(^|/)rdma_rxe\.ko", builtin, re.M):
-        return Check("rxe", "ok", "rdma_rxe built in")
-    if not fs.exists(base):
-        return Check("rxe", "info", f"no modules for the running kernel (/{base} missing)")
-    dep = fs.read(f"{base}/modules.dep")
-    if dep is not None and peermem.parse_modules_dep(dep, ["rdma_rxe"]):
-        return Check("rxe", "ok", "rdma_rxe available (not loaded; rdmad loads it for [[rxe]])")
-    if dep is None:
-        return Check("rxe", "unknown", f"/{base}/modules.dep not readable")
-    return Check(
-        "rxe",
-        "info",
-        "no rdma_rxe module for this kernel: Soft-RoCE unavailable",
-        (f"/{base}/modules.dep has no rdma_rxe",),
-        "install the distribution's extra kernel modules (e.g. linux-modules-extra)",
-    )
+    """Whether Soft-RoCE can be had, and the real reason when not (rdmad.modsupport: the
+    same facts and words as the daemon's plan and status)."""
+    level = modsupport.support(fs)
+    found, evidence = modsupport.availability(fs, modsupport.RXE, release, level)
+    if found == "loaded":
+        return Check("rxe", "ok", "rdma_rxe loaded", (evidence,))
+    if found == "builtin":
+        return Check("rxe", "ok", "rdma_rxe built in", (evidence,))
+    why = modsupport.cannot_load(modsupport.RXE, level, found, evidence, release)
+    if level == "none":
+        return Check(
+            "rxe",
+            "info",
+            why or modsupport.NO_SUPPORT,
+            (evidence,),
+            "Soft-RoCE needs a kernel built with CONFIG_RDMA_RXE=y here (or with module support)",
+        )
+    install = "install the distribution's extra kernel modules (e.g. linux-modules-extra)"
+    if level == "disabled":
+        return Check(
+            "rxe",
+            "warn",
+            why or modsupport.DISABLED,
+            (evidence,),
+            f"{install}, then reboot"
+            if found == "missing"
+            else "load rdma_rxe before modules_disabled is set (modules-load.d), or reboot",
+        )
+    if found == "installed":
+        return Check(
+            "rxe", "ok", "rdma_rxe available (not loaded; rdmad loads it for [[rxe]])", (evidence,)
+        )
+    if found == "missing":
+        return Check(
+            "rxe",
+            "info",
+            f"{why}: Soft-RoCE unavailable",
+            (evidence,),
+            install,
+        )
+    return Check("rxe", "unknown", evidence)
 
 
 # --- SR-IOV -------------------------------------------------------------------------------

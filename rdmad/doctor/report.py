@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rdmad.text import safe
+
 Status = Literal["ok", "info", "warn", "fail", "unknown"]
 _MARK = {"ok": "ok", "info": "info", "warn": "WARN", "fail": "FAIL", "unknown": "?"}
 
@@ -75,4 +77,5 @@ class Report:
         out.append(
             "something blocks RDMA (exit 1)" if self.blocking else "nothing blocks RDMA (exit 0)"
         )
-        return out
+        # Names, config values and the kernel log's words are the host's, not ours.
+        return [safe(line) for line in out]

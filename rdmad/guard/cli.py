@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from types import FrameType
+from typing import TextIO
 
 from rdmad.guard.caller import describe_caller
 from rdmad.guard.decide import FORCE_HINT, Decision, TargetError, decide
@@ -37,6 +38,7 @@ from rdmad.kernel.guardhook import HOOK_FILE, guarded_modules
 from rdmad.kernel.pause import DEFAULT_PAUSE, write_pause
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import RdmaLinkObserved
+from rdmad.text import safe, safe_lines
 
 DEFAULT_DEADLINE = 20.0  # a cold python under QEMU/TCG takes seconds; a real node, ~0.1 s
 EXIT_ALLOWED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -90,7 +92,7 @@ def main(argv: Sequence[str] | None = None, *, root: str = "/") -> int:
         decisions = _decide_all(sysfs, targets)
         signal.setitimer(signal.ITIMER_REAL, 0)
     except TargetError as exc:
-        print(f"rdmad-guard: {exc}", file=sys.stderr)
+        _say(f"rdmad-guard: {exc}")
         return EXIT_USAGE
     except _Deadline:
         why = f"no decision within {deadline:g} s (RDMAD_GUARD_DEADLINE)"
@@ -112,12 +114,12 @@ def main(argv: Sequence[str] | None = None, *, root: str = "/") -> int:
         if not forced:
             _journal(syslog.LOG_WARNING, f"refused {what}: {_one_line(decisions)}")
             if not getattr(args, "json", False):
-                print(f"rdmad-guard: {text}", file=sys.stderr)
+                _say(f"rdmad-guard: {text}")
             return EXIT_REFUSED
         _journal(syslog.LOG_WARNING, f"FORCED {what} although in use: {_one_line(decisions)}")
-        print(f"rdmad-guard: forced (RDMAD_GUARD_FORCE): {text}", file=sys.stderr)
+        _say(f"rdmad-guard: forced (RDMAD_GUARD_FORCE): {text}")
     elif args.command == "check" and not args.json:
-        print("\n".join(d.explain() for d in decisions))
+        _say("\n".join(d.explain() for d in decisions), sys.stdout)
     if args.command in ("hook", "stack-stop"):
         _pause(sysfs, args, decisions)
     return EXIT_ALLOWED
@@ -205,7 +207,7 @@ def _pause(sysfs: Sysfs, args: argparse.Namespace, decisions: list[Decision]) ->
             now=time.time(),
         )
     except OSError as exc:  # rdmad may bring a module back early: say so, do not refuse
-        print(f"rdmad-guard: could not pause rdmad ({exc}); it may reload modules", file=sys.stderr)
+        _say(f"rdmad-guard: could not pause rdmad ({exc}); it may reload modules")
         return
     _journal(syslog.LOG_INFO, f"allowed; rdmad stands back: {pause.describe()}")
 
@@ -214,12 +216,10 @@ def _failed(args: argparse.Namespace, targets: list[str], why: str, forced: bool
     what = _what(args, targets)
     if forced:
         _journal(syslog.LOG_WARNING, f"FORCED {what}; the guard could not decide: {why}")
-        print(f"rdmad-guard: forced although the guard could not decide: {why}", file=sys.stderr)
+        _say(f"rdmad-guard: forced although the guard could not decide: {safe(why)}")
         return EXIT_ALLOWED
     _journal(syslog.LOG_WARNING, f"refused {what}: the guard could not decide: {why}")
-    print(
-        f"rdmad-guard: refused: the guard could not decide: {why}\n  {FORCE_HINT}", file=sys.stderr
-    )
+    _say(f"rdmad-guard: refused: the guard could not decide: {safe(why)}\n  {FORCE_HINT}")
     return EXIT_REFUSED
 
 
@@ -230,11 +230,18 @@ def _one_line(decisions: list[Decision]) -> str:
     )
 
 
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Lines for the person at `modprobe -r` (stderr unless told): holders' names and
+    command lines are anyone's to choose, so each line is escaped (rdmad.text)."""
+    print(safe_lines(text), file=stream or sys.stderr)
+
+
 def _journal(priority: int, message: str) -> None:
-    """One line to the journal (syslog socket); silent where there is none (a container)."""
+    """One line to the journal (syslog socket); silent where there is none (a container).
+    Escaped whole: a newline in a holder's name must not forge a second entry."""
     try:
         syslog.openlog("rdmad-guard", syslog.LOG_PID, syslog.LOG_DAEMON)
-        syslog.syslog(priority, message)
+        syslog.syslog(priority, safe(message))
         syslog.closelog()
     except OSError:
         pass

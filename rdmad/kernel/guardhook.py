@@ -87,5 +87,12 @@ def write_hook(sysfs: Sysfs, modules: list[str] | tuple[str, ...], command: str)
 
 
 def driver_module(sysfs: Sysfs, device_dir: str) -> str | None:
-    """The module behind a device's driver; None when unbound or built in."""
-    return sysfs.link_name(f"{device_dir}/driver/module")
+    """The module behind a device's driver; None when unbound or built in.
+
+    A built-in driver has the ``module`` link too when its module has parameters (igb,
+    mlx5_core): /sys/module/NAME then exists without ``initstate``, which only a
+    loadable module has. It can never be unloaded: nothing to guard."""
+    name = sysfs.link_name(f"{device_dir}/driver/module")
+    if name is None or not sysfs.exists(f"sys/module/{name}/initstate"):
+        return None
+    return name

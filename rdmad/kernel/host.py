@@ -151,6 +151,7 @@ class KernelHost:
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.slow = SlowWrites(self.clock, numvfs_deadline)
         self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
+        self.module_probe = modules_mod.ModuleProbe()  # and the module tree's (rdma_rxe)
         # rxe adds the event readers send themselves (kernel.reflex); the daemon wires them.
         if reflex is None and live:
             reflex = RxeReflex(self.sysfs, self.clock)
@@ -277,6 +278,7 @@ class KernelHost:
             no_netlink_reason=reason,
             now=self.clock.wall(),
             peermem_probe=self.peermem_probe,
+            module_probe=self.module_probe,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)

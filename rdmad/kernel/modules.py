@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rdmad import modsupport
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.peermem import KERNEL_LOG_SEP, canonical
@@ -100,22 +101,61 @@ class Modules:
     def param(self, name: str, param: str) -> str | None:
         return self.sysfs.read(f"sys/module/{canonical(name)}/parameters/{param}")
 
-    def loading_disabled_reason(self) -> str | None:
-        """Why no module can be loaded now, or None when modprobe may work.
+    def support(self) -> modsupport.Support:
+        """loadable, disabled (``modules_disabled`` = 1, one-way until reboot), or none (a
+        kernel built without loadable module support has neither that sysctl nor
+        /proc/modules)."""
+        return modsupport.support(self.sysfs)
 
-        ``modules_disabled`` is one-way until reboot. A kernel built without
-        loadable module support has neither the sysctl nor /proc/modules.
-        """
-        if self.sysfs.modules_disabled():
-            return "module loading is disabled until reboot (/proc/sys/kernel/modules_disabled = 1)"
-        if not self.sysfs.exists("proc/sys/kernel/modules_disabled") and not self.sysfs.exists(
-            "proc/modules"
-        ):
-            return "the kernel has no loadable module support (no /proc/modules)"
-        return None
+    def loading_disabled_reason(self) -> str | None:
+        """Why no module can be loaded now, or None when modprobe may work."""
+        return modsupport.support_words(self.support())
 
     def loading_disabled(self) -> bool:
         return self.loading_disabled_reason() is not None
+
+
+class ModuleProbe:
+    """Whether the modules rdmad may load (``rdma_rxe``) are in the kernel, can be
+    loaded, or why not (``rdmad.modsupport``), for each observation.
+
+    Only modules not loaded are looked up, and the module tree (modules.dep is about a
+    megabyte on a distribution kernel) is read again only when it changed (depmod).
+    """
+
+    def __init__(self, names: tuple[str, ...] = (modsupport.RXE,)) -> None:
+        self.names = names
+        self._key: tuple[object, ...] | None = None
+        self._answer: tuple[frozenset[str], tuple[tuple[str, str], ...]] = (frozenset(), ())
+
+    def facts(
+        self, sysfs: Sysfs, loaded: frozenset[str], level: modsupport.Support
+    ) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
+        """(those built in, (module, why it cannot be loaded) for those that cannot)."""
+        wanted = tuple(n for n in self.names if canonical(n) not in loaded)
+        if not wanted:
+            return frozenset(), ()
+        release = sysfs.read("proc/sys/kernel/osrelease")
+        base = f"lib/modules/{release}"
+        key = (
+            release,
+            level,
+            wanted,
+            tuple(sysfs.exists(f"sys/module/{canonical(n)}") for n in wanted),
+            sysfs.stamp(f"{base}/modules.dep") if release else None,
+            sysfs.stamp(f"{base}/modules.builtin") if release else None,
+        )
+        if key != self._key:
+            builtin, unavailable = set(), []
+            for name in wanted:
+                found, evidence = modsupport.availability(sysfs, name, release, level)
+                if found == "builtin":
+                    builtin.add(name)
+                why = modsupport.cannot_load(name, level, found, evidence, release)
+                if why is not None:
+                    unavailable.append((name, why))
+            self._key, self._answer = key, (frozenset(builtin), tuple(unavailable))
+        return self._answer
 
 
 def _check_name(name: str, op: str) -> None:

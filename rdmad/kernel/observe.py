@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
-from rdmad.kernel.modules import Modules
+from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rtnl_codec import LinkInfo
@@ -52,6 +52,7 @@ def observe(
     no_netlink_reason: str = "netlink was not read",
     now: float | None = None,
     peermem_probe: PeermemProbe | None = None,
+    module_probe: ModuleProbe | None = None,
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
@@ -93,11 +94,16 @@ def observe(
         for pci in sysfs.sriov_pfs()
     )
     mods = Modules(sysfs)
+    level = mods.support()
     why_no_modules = mods.loading_disabled_reason()
     if why_no_modules is not None:
         notes.append(why_no_modules)
     facts = (peermem_probe or PeermemProbe()).facts(sysfs)
-    modules = ModulesObserved(mods.loaded(), why_no_modules is not None, facts)
+    loaded = mods.loaded()
+    builtin, unavailable = (module_probe or ModuleProbe()).facts(sysfs, loaded, level)
+    modules = ModulesObserved(
+        loaded, support=level, peermem=facts, builtin=builtin, unavailable=unavailable
+    )
     return Observed(
         netdevs=netdevs,
         pfs=pfs,

@@ -67,11 +67,15 @@ if TYPE_CHECKING:
         VfSettings,
     )
     from rdmad.model.status import (
+        CONVERGED_STATES,
         AttrStatus,
+        NodeState,
         ObjectDetail,
         ObjectState,
         ObjectStatus,
+        Verdict,
         VfStatus,
+        node_verdict,
         summarize,
     )
     from rdmad.model.values import (
@@ -139,6 +143,10 @@ _HOME = {
     "VfObserved": "rdmad.model.observed",
     "VfSettings": "rdmad.model.observed",
     "AttrStatus": "rdmad.model.status",
+    "CONVERGED_STATES": "rdmad.model.status",
+    "NodeState": "rdmad.model.status",
+    "Verdict": "rdmad.model.status",
+    "node_verdict": "rdmad.model.status",
     "ObjectDetail": "rdmad.model.status",
     "ObjectState": "rdmad.model.status",
     "ObjectStatus": "rdmad.model.status",
@@ -170,6 +178,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CONVERGED_STATES",
     "FREE",
     "NO_DRIVER",
     "Action",
@@ -197,6 +206,7 @@ __all__ = [
     "ModulesObserved",
     "NetdevObserved",
     "NetdevRef",
+    "NodeState",
     "Note",
     "ObjectDetail",
     "ObjectState",
@@ -222,6 +232,7 @@ __all__ = [
     "UnsupportedKey",
     "Usage",
     "Use",
+    "Verdict",
     "VfChange",
     "VfObserved",
     "VfSettings",
@@ -231,6 +242,7 @@ __all__ = [
     "Waiting",
     "action_touches",
     "format_value",
+    "node_verdict",
     "parse_duration",
     "summarize",
 ]

@@ -4,8 +4,9 @@ planner; cheap to build by the hundred), and what rdmad remembers between passes
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
+from rdmad.modsupport import Support, cannot_load
 from rdmad.peermem import Held, PeermemFacts
 
 # --- observed state (what the kernel shows) --------------------------------------------
@@ -134,9 +135,31 @@ class RdmaLinkObserved:
 @dataclass(frozen=True, slots=True)
 class ModulesObserved:
     loaded: frozenset[str] = frozenset()
-    loading_disabled: bool = False  # /proc/sys/kernel/modules_disabled = 1
+    _: KW_ONLY
+    # "loadable"; "disabled": /proc/sys/kernel/modules_disabled = 1 (until reboot);
+    # "none": built without CONFIG_MODULES (rdmad.modsupport)
+    support: Support = "loadable"
     # GPUDirect peer memory: what decides whether and which module to load (rdmad.peermem).
     peermem: PeermemFacts = field(default_factory=PeermemFacts)
+    # Of the modules rdmad may load (rdma_rxe): those compiled into the kernel (nothing to
+    # load, nothing to guard), and why one that is not in the kernel cannot be loaded.
+    builtin: frozenset[str] = frozenset()
+    unavailable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def loading_disabled(self) -> bool:
+        return self.support != "loadable"
+
+    def present(self, module: str) -> bool:
+        """In the kernel now: loaded, or built in."""
+        return module in self.loaded or module in self.builtin
+
+    def cannot_load(self, module: str) -> str | None:
+        """Why ``module`` cannot be loaded, in words; None when modprobe may work."""
+        if self.present(module):
+            return None
+        why = dict(self.unavailable).get(module)
+        return why if why is not None else cannot_load(module, self.support, "unknown")
 
 
 @dataclass(frozen=True, slots=True)

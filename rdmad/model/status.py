@@ -4,7 +4,7 @@ and the shapes of per-VF, per-attribute detail (filled by ``rdmad.reconcile.deta
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,82 @@ class ObjectStatus:
     obj: str
     state: ObjectState
     message: str = ""
+
+
+# --- converged: the one definition ------------------------------------------------------
+#
+# rdmad-ctl's headline and exit code, /v1/status's ``converged`` and ``verdict``, sd_notify's
+# StatusText, the ``rdmad_converged`` gauge and the RdmadNotConverged alert (on that gauge)
+# all come from ``node_verdict``; nothing else decides what "converged" means.
+
+# An object counts as converged when it is as declared as far as its driver allows: an
+# attribute the driver refuses (``unsupported-by-driver``) cannot be had by any means but
+# a config change. A VF in use that differs from its declaration (``drift-on-in-use-vf``)
+# is not as declared: rdmad leaves it alone, but the node is not what the config says
+# until someone frees the VF or opts in (``in_use_drift = "apply"``), so it is not.
+CONVERGED_STATES = frozenset({ObjectState.CONVERGED, ObjectState.UNSUPPORTED})
+
+# Which object's reason a one-line summary names: the most urgent first.
+WORST_FIRST = (
+    ObjectState.DEGRADED,
+    ObjectState.BLOCKED,
+    ObjectState.PENDING,
+    ObjectState.DRIFT_IN_USE,
+    ObjectState.UNSUPPORTED,
+)
+
+
+class NodeState(enum.Enum):
+    STARTING = "starting"  # no pass has finished
+    CONVERGED = "converged"
+    NOT_CONVERGED = "not-converged"  # an object not converged, or the config invalid
+    DEGRADED = "degraded"  # passes fail (observe or plan raised), or applying fails
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    state: NodeState
+    reason: str = ""  # why not converged, in words ("" when converged)
+
+    @property
+    def converged(self) -> bool:
+        return self.state is NodeState.CONVERGED
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": self.state.value, "reason": self.reason}
+
+
+def node_verdict(
+    objects: Sequence[ObjectStatus],
+    *,
+    passes: int,
+    config_errors: int = 0,
+    pass_error: str | None = None,
+) -> Verdict:
+    """The node's verdict from its objects and how its passes went.
+
+    Starting until a pass finished; degraded while passes fail (``pass_error``: the
+    objects are then those of the last pass that worked, and say nothing of now) or an
+    object's applying fails; not converged while any object is outside
+    ``CONVERGED_STATES`` or the config on disk is invalid; else converged.
+    """
+    if passes == 0:
+        return Verdict(NodeState.STARTING, "the first reconcile pass has not finished")
+    if pass_error is not None:
+        return Verdict(NodeState.DEGRADED, f"passes fail: {pass_error}")
+    worst = worst_object(objects)
+    if worst is not None and worst.state is ObjectState.DEGRADED:
+        return Verdict(NodeState.DEGRADED, f"{worst.obj}: {worst.message}")
+    if worst is not None and worst.state not in CONVERGED_STATES:
+        return Verdict(NodeState.NOT_CONVERGED, f"{worst.obj}: {worst.message}")
+    if config_errors:
+        return Verdict(NodeState.NOT_CONVERGED, f"config invalid ({config_errors} error(s))")
+    return Verdict(NodeState.CONVERGED)
+
+
+def worst_object(objects: Sequence[ObjectStatus]) -> ObjectStatus | None:
+    """The object whose reason matters most (``WORST_FIRST``); None when all converged."""
+    return next((o for state in WORST_FIRST for o in objects if o.state is state), None)
 
 
 # --- detail: per attribute and per VF (the API's /v1/status, docs/API.md) ---------------

@@ -42,7 +42,14 @@ def guarded_modules(desired: Desired, observed: Observed) -> tuple[frozenset[str
             unknown = True
         elif pf.driver_module is not None:
             want.add(pf.driver_module)
-    if desired.rxe:
+    # rdma_rxe only where it is a module: built in, or on a kernel without module support,
+    # it can never be unloaded and there is nothing to guard (a `remove` line for it would
+    # only be noise in modprobe.d).
+    if (
+        desired.rxe
+        and observed.modules.support != "none"
+        and RXE_MODULE not in observed.modules.builtin
+    ):
         want.add(RXE_MODULE)
     return frozenset(want), unknown
 

@@ -18,8 +18,9 @@ from rdmad.model import (
     RxeSpec,
     Waiting,
 )
+from rdmad.modsupport import RXE
 
-RXE_MODULE = "rdma_rxe"
+RXE_MODULE = RXE
 
 
 # --- Soft-RoCE --------------------------------------------------------------------------
@@ -69,15 +70,12 @@ def plan_rxe(desired: Desired, observed: Observed, state: PlanState) -> list[Act
     for spec in desired.rxe:
         planned = _plan_one_rxe(spec, observed, state, deleting)
         if any(isinstance(a, AddRxe) for a in planned) and not module_planned:
-            if RXE_MODULE not in observed.modules.loaded:
-                if observed.modules.loading_disabled:
-                    actions.append(
-                        Blocked(
-                            spec.obj,
-                            f"{RXE_MODULE} is not loaded and module loading is disabled "
-                            "(/proc/sys/kernel/modules_disabled = 1)",
-                        )
-                    )
+            if not observed.modules.present(RXE_MODULE):
+                # The real reason: no module support, modules_disabled, or no rdma_rxe
+                # for the running kernel (rdmad.modsupport); else load it.
+                why = observed.modules.cannot_load(RXE_MODULE)
+                if why is not None:
+                    actions.append(Blocked(spec.obj, why))
                     continue
                 actions.append(LoadModule(spec.obj, "rxe links need rdma_rxe", module=RXE_MODULE))
             module_planned = True

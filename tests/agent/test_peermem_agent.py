@@ -35,7 +35,7 @@ class PeermemHost:
             files=(PEERMEM,),
             peer_api=True,
         )
-        return Observed(modules=ModulesObserved(frozenset(self.loaded), False, f))
+        return Observed(modules=ModulesObserved(frozenset(self.loaded), peermem=f))
 
     async def apply(self, action: Action) -> FakeResult:
         assert isinstance(action, LoadModule)

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
+import yaml
+
+from rdmad.api import documents as docs
+from rdmad.ctl import exits
+from tests.api.test_converged_truth import CASES, ctl_status, rdmad_converged
 from tests.deploy.conftest import DEPLOY, require_tool
 
 RULES_DIR = DEPLOY / "prometheus"
@@ -32,3 +38,49 @@ def test_rule_unit_tests_pass() -> None:
     result = _promtool("test", "rules", "rules_test.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_not_converged_alert_agrees_with_the_cli_for_every_state(tmp_path: Path) -> None:
+    """RdmadNotConverged fires for exactly the nodes `rdmad-ctl status` calls not
+    converged (tests/api/test_converged_truth.py: one case per object state, failing
+    passes, starting, an invalid config): the series are what rdmad's own /metrics
+    says for each, the expectation what the CLI's exit code says."""
+    promtool = require_tool("promtool", HINT)
+    series, firing = [], []
+    for case in CASES:
+        gauge = rdmad_converged(case.snap)
+        assert gauge is not None, case.name
+        series.append(
+            {"series": f'rdmad_converged{{instance="{case.name}"}}', "values": f"{gauge:g}x30"}
+        )
+        code, _ = ctl_status(docs.status_doc(case.snap, docs.DaemonFacts(1, 0.0)))
+        if code != exits.OK:
+            firing.append(
+                {
+                    "exp_labels": {"severity": "warning", "instance": case.name},
+                    "exp_annotations": {
+                        "summary": f"{case.name}: not converged for 15m (rdmad-ctl status says why)"
+                    },
+                }
+            )
+    assert firing and len(firing) < len(CASES)  # both kinds are in the test
+    tests = {
+        "rule_files": [str(RULES_DIR / "rdmad-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "20m", "alertname": "RdmadNotConverged", "exp_alerts": firing}
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "truth_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -261,6 +261,10 @@ def test_drift_on_an_in_use_vf_is_reported_and_left_alone_unless_opted_in(
         g.check(f"ip link set dev {pf_netdev} vf 1 mac {hand}")
         g.wait_for("systemctl show -p StatusText --value rdmad | grep -q 'drift-on-in-use-vf'", 60)
         text = status(g)
+        # The node is not as declared: StatusText and `rdmad-ctl status` say so (exit 1).
+        assert text.startswith("NOT converged:"), text
+        ctl = g.run(["rdmad-ctl", "status"], timeout=60)
+        assert ctl.rc == 1 and "Node NOT converged" in ctl.out, ctl.describe()
         assert f"mac {hand} (declared {want[1]['mac']})" in text, text
         assert f"pid {pid} (sleep)" in text, text
         wait_passes(g, 2)  # rdmad looked again (drift) and still left it alone

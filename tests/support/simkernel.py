@@ -19,7 +19,6 @@ from rdmad.model import (
     DeleteRxe,
     IbVfSettings,
     LoadModule,
-    ModulesObserved,
     Observed,
     PfObserved,
     RdmaLinkObserved,
@@ -103,9 +102,7 @@ class SimKernel:
         elif isinstance(action, LoadModule):
             self.observed = dataclasses.replace(
                 o,
-                modules=ModulesObserved(
-                    o.modules.loaded | {action.module}, o.modules.loading_disabled
-                ),
+                modules=dataclasses.replace(o.modules, loaded=o.modules.loaded | {action.module}),
             )
         elif isinstance(action, AddRxe):
             if o.rdma_link(action.name) is not None:

@@ -89,7 +89,7 @@ def node(
         ),
         pfs=pfs,
         rdma_links=rdma,
-        modules=ModulesObserved(modules, disabled),
+        modules=ModulesObserved(modules, support="disabled" if disabled else "loadable"),
     )
 
 

@@ -33,7 +33,11 @@ def facts(loaded: frozenset[str] = BOTH, **kw: object) -> PeermemFacts:
 
 
 def observed(f: PeermemFacts) -> Observed:
-    return Observed(modules=ModulesObserved(f.loaded, bool(f.loading_disabled), f))
+    return Observed(
+        modules=ModulesObserved(
+            f.loaded, support="disabled" if f.loading_disabled else "loadable", peermem=f
+        )
+    )
 
 
 def desired(mode: str) -> Desired:
