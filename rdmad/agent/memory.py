@@ -131,6 +131,21 @@ class Memory:
             self.record(HistoryEntry(self.shared.clock.wall(), "state-rebuilt", error=problem))
         if previous is None:
             return []
+        if previous.dropped:
+            # One warning for the whole file; the first pass saves it rebuilt without them.
+            what = f"{self.state_store.path}: {len(previous.dropped)} odd entr(y/ies) dropped"
+            log.warning(
+                "state.entries-dropped", path=str(self.state_store.path), dropped=previous.dropped
+            )
+            self.notes.append(f"{what}: {'; '.join(previous.dropped)[:300]}")
+            self.record(
+                HistoryEntry(
+                    self.shared.clock.wall(),
+                    "state-rebuilt",
+                    what=what,
+                    error="; ".join(previous.dropped)[:1000],
+                )
+            )
         # Links rdmad created are its own only within the boot that made them (the same
         # rule `rdmad plan` applies): after a reboot their names may be someone else's.
         self.state.managed_rxe = set(owned_rxe(previous, self.boot_id))
