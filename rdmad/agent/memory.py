@@ -133,7 +133,8 @@ class Memory:
             return []
         if previous.dropped:
             # One warning for the whole file; the first pass saves it rebuilt without them.
-            what = f"{self.state_store.path}: {len(previous.dropped)} odd entr(y/ies) dropped"
+            n = len(previous.dropped)
+            what = f"{self.state_store.path}: {n} odd {'entry' if n == 1 else 'entries'} dropped"
             log.warning(
                 "state.entries-dropped", path=str(self.state_store.path), dropped=previous.dropped
             )
