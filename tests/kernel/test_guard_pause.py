@@ -58,7 +58,12 @@ def test_a_module_that_is_not_loaded_pauses_nothing(node: FakeSysfs) -> None:
     assert cli.main(["hook", "ixgbe"], root=str(node.root)) == cli.EXIT_ALLOWED
     assert not (node.root / PAUSE_FILE).exists()
     ran: list[str] = []
-    status = cli.main(["remove", "ixgbe"], root=str(node.root), unload=lambda m: ran.append(m) or 1)
+
+    def not_loaded(name: str) -> int:
+        ran.append(name)
+        return 1
+
+    status = cli.main(["remove", "ixgbe"], root=str(node.root), unload=not_loaded)
     assert status == 1 and ran == ["ixgbe"]  # modprobe's own "not loaded" and exit status
     assert read_pause_record(sysfs, time.time()) is None
     node.builtin_module("bonding")  # built in: modprobe -r refuses it, nothing to stand back for
