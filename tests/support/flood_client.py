@@ -2,15 +2,15 @@
 
 Standard library only: run as another user (``python3 -I flood_client.py ...``) on the
 test host or in a lab guest. It opens ``-n`` connections and sends nothing on them.
-With ``--hold S`` it keeps trying for S seconds: every 0.2 s the connections the
-server closed (refused at once, or idle too long) are opened again. Without it, it
-waits for a line on stdin, then reports and waits for stdin to close.
+With ``--hold S`` it keeps trying for S seconds: every ``--every`` seconds the
+connections the server closed (refused at once, or idle too long) are opened again.
+Without it, it waits for a line on stdin, then reports and waits for stdin to close.
 
 Prints JSON lines: ``{"phase": "opened", ...}`` once the first round is open, and
-``{"phase": "report", "held": H, "closed_by_server": C, "connects": N,
+``{"phase": "report", "held": H, "closed_by_server": C, "refused": R, "connects": N,
 "connect_failed": F, "max_held": M}`` at the end (H: still open now; C: closed by
-the server over the whole run; N: successful connects; F: connects that failed or
-timed out; M: the most held open at once).
+the server over the whole run, R of them refused with a 503; N: successful connects;
+F: connects that failed or timed out; M: the most held open at once).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Flood:
         self.sel = selectors.DefaultSelector()
         self.held: set[socket.socket] = set()
         self.closed_by_server = 0
+        self.refused = 0
         self.connects = 0
         self.connect_failed = 0
         self.max_held = 0
@@ -74,6 +75,7 @@ class Flood:
             self.held.discard(sock)
             sock.close()
             self.closed_by_server += 1
+            self.refused += data.startswith(b"HTTP/1.1 503")
 
     def settle(self, quiet: float = 0.3) -> None:
         """Reap until the server has closed nothing more for ``quiet`` seconds."""
@@ -85,6 +87,7 @@ class Flood:
             "phase": "report",
             "held": len(self.held),
             "closed_by_server": self.closed_by_server,
+            "refused": self.refused,
             "connects": self.connects,
             "connect_failed": self.connect_failed,
             "max_held": self.max_held,
@@ -97,6 +100,7 @@ def main() -> int:
     p.add_argument("address", help="socket path, or host:port")
     p.add_argument("-n", type=int, required=True, help="connections to hold")
     p.add_argument("--hold", type=float, default=None, help="seconds to keep reopening")
+    p.add_argument("--every", type=float, default=0.2, help="seconds between reopenings")
     args = p.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
@@ -108,7 +112,9 @@ def main() -> int:
     if args.hold is not None:
         end = time.monotonic() + args.hold
         while time.monotonic() < end:
-            flood.reap(0.2)
+            round_end = min(end, time.monotonic() + args.every)
+            while (left := round_end - time.monotonic()) > 0:
+                flood.reap(left)
             for _ in range(args.n - len(flood.held)):
                 flood.connect()
         flood.settle()
