@@ -277,7 +277,11 @@ class Acceptor:
                     error=failing[2],
                 )
                 failing, pause = None, self.pause_first
-            await self._admit(loop, conn)
+            try:
+                await self._admit(loop, conn)
+            except Exception:  # a bug here must cost one connection, never the listener
+                log.exception("api.admit-failed", listener=self.name)
+                conn.close()
 
     async def _admit(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
         uid: int | None = None
@@ -291,13 +295,19 @@ class Acceptor:
             self._refuse(loop, conn, uid)
             return
         self.admitted += 1
-        protocol = _Admitted(self.factory(), lambda: self.slots.give_back(slot))
+        protocol: _Admitted | None = None
         try:
+            protocol = _Admitted(self.factory(), lambda: self.slots.give_back(slot))
             conn.setblocking(False)
             await loop.connect_accepted_socket(lambda: protocol, sock=conn)
-        except (OSError, RuntimeError) as exc:
-            protocol.release()
+        except BaseException as exc:
+            if protocol is not None:
+                protocol.release()
+            else:
+                self.slots.give_back(slot)
             conn.close()
+            if not isinstance(exc, OSError | RuntimeError):
+                raise
             log.debug("api.connection-failed", listener=self.name, error=str(exc))
 
     def _refuse(
