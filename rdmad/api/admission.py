@@ -246,8 +246,9 @@ class Acceptor:
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         accept = self._accept or loop.sock_accept
-        failing: tuple[int, float, str] | None = None  # (failures, first at, error)
-        pause = self.pause_first
+        paused_at: float | None = None  # when accepts began to fail (None: they work)
+        failed = 0  # accepts failed since then
+        delay = self.pause_first
         while True:
             try:
                 conn, _addr = await accept(self.sock)
@@ -255,8 +256,9 @@ class Acceptor:
                 if exc.errno in GONE_ERRNOS:
                     continue
                 self.accept_errors += 1
-                if failing is None:
-                    failing = (0, loop.time(), str(exc))
+                failed += 1
+                if paused_at is None:
+                    paused_at = loop.time()
                     log.warning(
                         "api.accept-paused",
                         listener=self.name,
@@ -264,19 +266,17 @@ class Acceptor:
                         open=self.slots.open,
                         consequence="not accepting connections until it clears; retrying",
                     )
-                failing = (failing[0] + 1, failing[1], failing[2])
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, self.pause_max)
+                await asyncio.sleep(delay)  # any lasting error: never a busy loop
+                delay = min(delay * 2, self.pause_max)
                 continue
-            if failing is not None:
+            if paused_at is not None:
                 log.info(
                     "api.accept-resumed",
                     listener=self.name,
-                    failed_accepts=failing[0],
-                    seconds=round(loop.time() - failing[1], 3),
-                    error=failing[2],
+                    failed_accepts=failed,
+                    seconds=round(loop.time() - paused_at, 3),
                 )
-                failing, pause = None, self.pause_first
+                paused_at, failed, delay = None, 0, self.pause_first
             try:
                 await self._admit(loop, conn)
             except Exception:  # a bug here must cost one connection, never the listener
