@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class State:
     last_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[HistoryEntry] = field(default_factory=list)
     started_at: float = 0.0
+    # Entries of the file read that were odd and left out, in words (never saved).
+    dropped: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,25 +66,173 @@ class State:
 
     @classmethod
     def from_json(cls, data: Any) -> State:
+        """The state a document holds. Raises ValueError when it is no state at all (not
+        an object, another version); an odd entry inside is left out and named in
+        ``dropped``: the agent uses every entry it keeps without looking again."""
         if not isinstance(data, dict):
             raise ValueError("top level is not an object")
         if data.get("version") != VERSION:
             raise ValueError(f"unknown version {data.get('version')!r}")
-        managed = data.get("managed_rxe", [])
-        if not isinstance(managed, list) or not all(isinstance(m, str) for m in managed):
-            raise ValueError("managed_rxe is not a list of names")
-        applied = data.get("applied", {})
-        errors = data.get("last_errors", {})
-        if not isinstance(applied, dict) or not isinstance(errors, dict):
-            raise ValueError("applied/last_errors are not objects")
+        entries = _Entries()
+        boot_id = entries.text(data, "boot_id", "boot_id", default="")
+        started_at = entries.number(data, "started_at", "started_at", default=0.0)
         return cls(
-            boot_id=str(data.get("boot_id", "")),
-            managed_rxe=set(managed),
-            applied=applied,
-            last_errors=errors,
-            history=[HistoryEntry.from_json(h) for h in data.get("history", [])],
-            started_at=float(data.get("started_at", 0.0)),
+            boot_id=boot_id or "",
+            managed_rxe=set(entries.names(data.get("managed_rxe", []), "managed_rxe")),
+            applied=entries.objects(data.get("applied", {}), "applied", _APPLIED),
+            last_errors=entries.objects(data.get("last_errors", {}), "last_errors", _ERRORS),
+            history=entries.history(data.get("history", [])),
+            started_at=started_at or 0.0,
+            dropped=entries.dropped,
         )
+
+
+# The fields of an ``applied`` / ``last_errors`` entry: name -> (kind, required, default).
+Field = tuple[str, bool, Any]
+_APPLIED: dict[str, Field] = {
+    "what": ("text", True, ""),
+    "at": ("number", True, 0.0),
+    "reason": ("text", False, ""),
+    "cause": ("text", False, ""),
+}
+_ERRORS: dict[str, Field] = {
+    "error": ("text", True, ""),
+    "at": ("number", True, 0.0),
+    "failures": ("count", False, 1),
+    "errno": ("errno", False, None),
+}
+_HISTORY: dict[str, Field] = {
+    "at": ("number", True, 0.0),
+    "event": ("text", True, ""),
+    "obj": ("text", False, ""),
+    "what": ("text", False, ""),
+    "reason": ("text", False, ""),
+    "cause": ("text", False, ""),
+    "error": ("text-or-null", False, None),
+    "errno": ("errno", False, None),
+    "kind": ("text", False, ""),
+}
+_NOT_A = {
+    "text": "not a string",
+    "text-or-null": "not a string",
+    "number": "not a finite number",
+    "count": "not a count",
+    "errno": "not an errno",
+}
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a double
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _check(kind: str, value: Any) -> tuple[bool, Any]:
+    """(valid, the value as the agent keeps it) for one field of an entry."""
+    if kind == "number":
+        number = _finite(value)
+        return number is not None, number
+    if kind == "text":
+        return isinstance(value, str), value
+    if kind == "text-or-null":
+        return value is None or isinstance(value, str), value
+    if kind == "count":
+        valid = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+        return valid, value
+    # errno: a small positive integer or nothing
+    valid = value is None or (
+        isinstance(value, int) and not isinstance(value, bool) and 0 < value < 4096
+    )
+    return valid, value
+
+
+def _shown(value: Any) -> str:
+    """A value as the warning shows it: JSON, cut short."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 32 else text[:31] + "…"
+
+
+class _Entries:
+    """Reads a state document's entries, keeping the good ones, naming each odd one."""
+
+    def __init__(self) -> None:
+        self.dropped: list[str] = []
+
+    def odd(self, where: str, why: str) -> None:
+        self.dropped.append(f"{where}: {why}")
+
+    def text(self, data: dict[str, Any], key: str, where: str, default: str) -> str | None:
+        value = data.get(key, default)
+        if isinstance(value, str):
+            return value
+        self.odd(where, f"not a string: {_shown(value)}")
+        return None
+
+    def number(self, data: dict[str, Any], key: str, where: str, default: float) -> float | None:
+        value = data.get(key, default)
+        number = _finite(value)
+        if number is None:
+            self.odd(where, f"not a number: {_shown(value)}")
+        return number
+
+    def names(self, value: Any, where: str) -> list[str]:
+        if not isinstance(value, list):
+            self.odd(where, f"not a list: {_shown(value)}")
+            return []
+        kept = []
+        for i, name in enumerate(value):
+            if isinstance(name, str) and name:
+                kept.append(name)
+            else:
+                self.odd(f"{where}[{i}]", f"not a name: {_shown(name)}")
+        return kept
+
+    def entry(self, raw: Any, where: str, fields: dict[str, Field]) -> dict[str, Any] | None:
+        if not isinstance(raw, dict):
+            self.odd(where, f"not an object: {_shown(raw)}")
+            return None
+        entry: dict[str, Any] = {}
+        for name, (kind, required, default) in fields.items():
+            if name not in raw:
+                if required:
+                    self.odd(f"{where}.{name}", "missing")
+                    return None
+                entry[name] = default
+                continue
+            valid, value = _check(kind, raw[name])
+            if not valid:
+                self.odd(f"{where}.{name}", f"{_NOT_A[kind]}: {_shown(raw[name])}")
+                return None
+            entry[name] = value
+        return entry
+
+    def objects(
+        self, value: Any, where: str, fields: dict[str, Field]
+    ) -> dict[str, dict[str, Any]]:
+        if not isinstance(value, dict):
+            self.odd(where, f"not an object: {_shown(value)}")
+            return {}
+        kept = {}
+        for obj, raw in value.items():
+            entry = self.entry(raw, f"{where}[{json.dumps(obj)}]", fields)
+            if entry is not None:
+                kept[obj] = entry
+        return kept
+
+    def history(self, value: Any) -> list[HistoryEntry]:
+        if not isinstance(value, list):
+            self.odd("history", f"not a list: {_shown(value)}")
+            return []
+        kept = []
+        for i, raw in enumerate(value):
+            entry = self.entry(raw, f"history[{i}]", _HISTORY)
+            if entry is not None:
+                kept.append(HistoryEntry(**entry))
+        return kept
 
 
 def read_state(path: str | os.PathLike[str]) -> tuple[State | None, str | None]:

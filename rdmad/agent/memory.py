@@ -131,6 +131,22 @@ class Memory:
             self.record(HistoryEntry(self.shared.clock.wall(), "state-rebuilt", error=problem))
         if previous is None:
             return []
+        if previous.dropped:
+            # One warning for the whole file; the first pass saves it rebuilt without them.
+            n = len(previous.dropped)
+            what = f"{self.state_store.path}: {n} odd {'entry' if n == 1 else 'entries'} dropped"
+            log.warning(
+                "state.entries-dropped", path=str(self.state_store.path), dropped=previous.dropped
+            )
+            self.notes.append(f"{what}: {'; '.join(previous.dropped)[:300]}")
+            self.record(
+                HistoryEntry(
+                    self.shared.clock.wall(),
+                    "state-rebuilt",
+                    what=what,
+                    error="; ".join(previous.dropped)[:1000],
+                )
+            )
         # Links rdmad created are its own only within the boot that made them (the same
         # rule `rdmad plan` applies): after a reboot their names may be someone else's.
         self.state.managed_rxe = set(owned_rxe(previous, self.boot_id))

@@ -18,6 +18,7 @@ import structlog
 from rdmad.agent.applying import Applied, Applier, made_stale
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
+from rdmad.agent.pauses import PauseHistory
 from rdmad.agent.protocols import Host, NarrowObserver, Planner, Reflexive
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
@@ -75,6 +76,7 @@ class PassRunner:
         self._narrow_host = host if isinstance(host, NarrowObserver) else None
         self._reflexive = host if isinstance(host, Reflexive) else None
         self._reflex_sent: set[str] = set()  # rxe links a reflex sent since it was armed
+        self._pauses: PauseHistory | None = None  # made from the history the state kept
 
     async def run(self, batch: Batch) -> float:
         """One pass; returns when it ended (monotonic)."""
@@ -117,6 +119,7 @@ class PassRunner:
         observed_at = clock.monotonic()
         self._succeeded("observe")
         memory.forget_vanished_rxe(observed)
+        told = self._tell_pauses(observed)
         if not batch.plan_only:
             timers.arm_pause_end(observed.pause.until if observed.pause else None)
 
@@ -166,7 +169,7 @@ class PassRunner:
         resting = not done.changed and not done.aborted and not timers.expecting(now)
         reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
-        if done.changed or done.count or first or batch.reload:
+        if done.changed or done.count or first or batch.reload or told:
             memory.save_state()
         if not reporter.ready and resting:
             self.set_ready("first reconcile done")
@@ -394,6 +397,16 @@ class PassRunner:
             settled = not any(isinstance(a, Waiting) or a.changes_kernel for a in mine)
             if obj in expectations and settled:
                 del expectations[obj]  # what we waited for has appeared (or is moot)
+
+    def _tell_pauses(self, observed: Observed) -> bool:
+        """Pauses that began or ended since the last observation, into the history
+        (saved with the state at the end of the pass); True when there were any."""
+        if self._pauses is None:
+            self._pauses = PauseHistory(self.memory.state.history)
+        entries = self._pauses.seen(observed.pause_record, self.shared.clock.wall())
+        if entries:
+            self.reporter.history(*entries)
+        return bool(entries)
 
     def _cause(self, batch: Batch) -> str:
         if not self.shared.passes:

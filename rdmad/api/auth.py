@@ -62,6 +62,13 @@ class Policy:
 PEER = web.RequestKey("peer", Peer)  # the caller's credentials, for handlers that log
 
 
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (the accept loop's per-user bound)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    uid: int = _UCRED.unpack(raw)[1]
+    return uid
+
+
 def peer_of(sock: Any) -> Peer:
     """The credentials of the process at the other end of a connected UNIX socket."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)

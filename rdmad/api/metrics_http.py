@@ -4,21 +4,34 @@ Off unless ``[metrics] listen = "host:port"`` is set; it binds to exactly that
 address (``127.0.0.1:9478`` is the documented choice: loopback, so a scraper on
 the node or a port forward reaches it and nobody else). It serves no API: every
 other path is a 404 JSON error, any other method a 405, in the API's error shape.
+
+Anyone on the node can connect, so it bounds what a connection may cost: at most
+``METRICS_LIMITS`` connections at once (more are closed at once, ``admission``), and
+one idle for ``IDLE_SECONDS`` is closed, whether it never sent a request (aiohttp's
+keep-alive timer runs from the connection's start: it also bounds how long a request
+line and headers may take, against clients that send them a byte at a time) or sits
+between scrapes (Prometheus opens a new one for the next).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
+import socket
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from rdmad.api import admission
 from rdmad.api.errors import json_error
 from rdmad.api.metrics import CONTENT_TYPE, Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 PATH = "/metrics"
+IDLE_SECONDS = 5.0  # a scrape takes milliseconds; Prometheus scrapes every 15 s or more
+BACKLOG = 128
 
 
 class AsyncCloseable(Protocol):
@@ -54,18 +67,35 @@ def parse_listen(value: str) -> tuple[str, int]:
 class MetricsListener:
     """A running TCP listener; ``addresses`` are what it is bound to."""
 
-    def __init__(self, runner: web.AppRunner) -> None:
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        sockets: list[socket.socket],
+        acceptors: list[admission.Acceptor],
+    ) -> None:
         self._runner = runner
+        self._sockets = sockets
+        self.acceptors = acceptors
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
-        return [(str(a[0]), int(a[1])) for a in self._runner.addresses]
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._sockets]
 
     async def close(self) -> None:
+        for acceptor in self.acceptors:
+            await acceptor.close()
+        for sock in self._sockets:
+            sock.close()
         await self._runner.cleanup()
 
 
-async def start_tcp_listener(metrics: Metrics, listen: str) -> MetricsListener:
+async def start_tcp_listener(
+    metrics: Metrics,
+    listen: str,
+    *,
+    idle: float = IDLE_SECONDS,
+    limits: admission.Limits | None = None,  # None: METRICS_LIMITS fitted to the fd limit
+) -> MetricsListener:
     """Serve ``metrics`` on ``listen`` (host:port). Raises ListenError or OSError
     (address in use, not local) when it cannot listen; the caller decides to go on."""
     host, port = parse_listen(listen)
@@ -76,14 +106,49 @@ async def start_tcp_listener(metrics: Metrics, listen: str) -> MetricsListener:
     # Scrapes carry no body: anything sent is refused at 1 KiB.
     app = web.Application(middlewares=[_json_errors], client_max_size=1024)
     app.router.add_get(PATH, scrape)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=idle)
     await runner.setup()
+    sockets: list[socket.socket] = []
     try:
-        await web.TCPSite(runner, host, port).start()
+        sockets = await _bind(host, port)
+        assert runner.server is not None  # set up
+        fitted = limits or admission.fit(admission.METRICS_LIMITS, admission.fd_limit())
+        slots = admission.Slots(fitted)  # one bound for every address it listens on
+        acceptors = []
+        for sock in sockets:
+            acceptor = admission.Acceptor(sock, runner.server, slots, name="metrics")
+            acceptor.start()
+            acceptors.append(acceptor)
     except BaseException:
+        for sock in sockets:
+            sock.close()
         await runner.cleanup()
         raise
-    return MetricsListener(runner)
+    return MetricsListener(runner, sockets, acceptors)
+
+
+async def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` names (as asyncio's create_server
+    binds them: SO_REUSEADDR, IPv6 sockets IPv6 only)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        raise
+    return sockets
 
 
 @web.middleware

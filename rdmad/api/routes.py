@@ -21,7 +21,7 @@ from rdmad.api.auth import PEER
 from rdmad.api.errors import ApiError
 from rdmad.api.events import EventStreams
 from rdmad.api.waiting import Closed, Waiters
-from rdmad.kernel.pause import MAX_PAUSE, clear_pause, write_pause
+from rdmad.kernel.pause import MAX_PAUSE, clear_pause, end_pause, write_pause
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Observed
 from rdmad.snapshot import header_for, settings_unknown, snapshot
@@ -222,7 +222,12 @@ class Routes:
         return await self._mutation(request, Trigger("api", "pause"), checked=True)
 
     async def resume(self, request: web.Request) -> web.Response:
-        clear_pause(Sysfs(self.pause_root))
+        peer = request.get(PEER)
+        who = f"rdmad-ctl resume (uid {peer.uid}, pid {peer.pid})" if peer else "the API"
+        try:  # kept as ended, saying by whom: the history tells why the pause ended
+            end_pause(Sysfs(self.pause_root), why=f"ended by {who}", now=time.time())
+        except OSError:
+            clear_pause(Sysfs(self.pause_root))
         return await self._mutation(request, Trigger("api", "resume"))
 
     async def _mutation(

@@ -4,9 +4,11 @@ never the agent.
 
 Limits (docs/API.md): bodies up to 64 KiB, a request must arrive within
 ``request_timeout`` (aiohttp's keep-alive timer runs from the connection's start,
-so a client that sends half a request and stalls is cut off; a body that stalls
-gets 408), at most ``MAX_IN_FLIGHT`` requests handled at once and 64 event streams.
-A handler whose client goes away is cancelled (``handler_cancellation``).
+so a client that sends half a request and stalls is cut off, and so is one that
+connects and sends nothing; a body that stalls gets 408), at most ``MAX_IN_FLIGHT``
+requests handled at once and 64 event streams. A handler whose client goes away is
+cancelled (``handler_cancellation``). Connections are bounded per peer uid and in
+all, with slots kept for root (``admission``): root's status answers during a flood.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from rdmad.api import auth, errors, unixsock
+from rdmad.api import admission, auth, errors, unixsock
 from rdmad.api.events import KEEPALIVE_SECONDS, EventStreams
 from rdmad.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from rdmad.api.metrics import Metrics
@@ -53,7 +55,9 @@ class ApiServer:
         keepalive: float = KEEPALIVE_SECONDS,  # seconds between ": keepalive" on event streams
         metrics: Metrics | None = None,  # the daemon's one Metrics; None: the server makes its own
         pause_root: str = "/",  # where run/rdmad/pause.json is written (a tree in tests)
+        limits: admission.Limits | None = None,  # None: API_LIMITS fitted to the fd limit
     ) -> None:
+        self.limits = limits
         self.pause_root = pause_root
         self.store = store
         self.queue = queue
@@ -67,6 +71,7 @@ class ApiServer:
         self.listening: unixsock.Listening | None = None
         self.routes: Routes | None = None  # the endpoints, once started (benchmarks call them)
         self._runner: web.AppRunner | None = None
+        self.acceptor: admission.Acceptor | None = None
         self.metrics = metrics
         self._own_metrics = metrics is None
 
@@ -123,7 +128,16 @@ class ApiServer:
             )
             await runner.setup()
             self._runner = runner
-            await web.SockSite(runner, listening.sock).start()
+            assert runner.server is not None  # set up
+            limits = self.limits or admission.fit(admission.API_LIMITS, admission.fd_limit())
+            self.acceptor = admission.Acceptor(
+                listening.sock,
+                runner.server,
+                admission.Slots(limits),
+                name="api",
+                peer_uid=auth.peer_uid,
+            )
+            self.acceptor.start()
         except BaseException:
             unixsock.remove(listening)
             await self._stop_runner()
@@ -135,6 +149,8 @@ class ApiServer:
             mode=oct(listening.mode),
             read_group=spec.read_group if read_gid is not None else None,
             write_group=spec.write_group if write_gid is not None else None,
+            connections=f"{limits.connections} ({limits.per_uid} per user) + "
+            f"{limits.root_reserved} for root",
         )
 
     def _attach_metrics(self, routes: Routes) -> None:
@@ -158,6 +174,9 @@ class ApiServer:
             self.listening = None
 
     async def _stop_runner(self) -> None:
+        acceptor, self.acceptor = self.acceptor, None
+        if acceptor is not None:
+            await acceptor.close()  # no new connections; the runner closes the open ones
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()

@@ -1,10 +1,15 @@
 """The guard's command line (``python -I -m rdmad.guard``, ``rdmad-ctl guard``).
 
     check TARGET [--json] [--force]   decide for a module, driver or PCI address; change nothing
-    hook MODULE                       the modprobe.d ``remove`` command: decide, then pause rdmad
+    remove MODULE                     the modprobe.d ``remove`` command: decide, pause rdmad,
+                                      unload (``modprobe -r --ignore-remove``), resume if it failed
+    hook MODULE                       the command of hook files older rdmad wrote (`... hook M &&
+                                      exec modprobe -r ...`): decide, pause rdmad if M is loaded
     stack-stop [--by NAME]            the openibd drop-in: every module the hook guards, then pause
+    stack-stopped [--by NAME]         after it (ExecStopPost=): resume if ib_core is still loaded
 
-Exit 0: allowed (or forced), 1: refused, 2: the target names nothing / usage error.
+Exit 0: allowed (or forced), 1: refused, 2: the target names nothing / usage error;
+``remove``: modprobe's own exit status once allowed.
 
 A refusal goes to stderr (modprobe shows it above its own "Error running remove
 command") and to the journal; so does every override. Force with ``--force`` or
@@ -13,8 +18,18 @@ environment to the remove command). The decision has a hard deadline
 (``RDMAD_GUARD_DEADLINE`` seconds, default 20): past it, or on any internal error,
 the guard refuses and says why, unless forced. It never hangs a `modprobe -r`.
 
-An allowed ``hook``/``stack-stop`` writes the pause file first (``rdmad.kernel.pause``):
-the daemon then loads no module and creates no rxe link until the stack is back.
+An allowed ``remove``/``stack-stop`` writes the pause file first (``rdmad.kernel.pause``):
+the daemon then loads no module and creates no rxe link until the stack is back. Only
+when the unload really goes ahead: nothing is paused for a module that is not loaded
+(or built in), nor for a stack stop with nothing of the stack loaded. ``remove`` runs
+the unload itself, so it knows how it ended: the same module still loaded after
+modprobe returned (refused by the kernel, in use, a driver that failed to unbind) ends
+the pause at once, saying why, instead of rdmad standing back for two minutes for
+nothing. (The alternative, the daemon voiding a pause whose module is still loaded
+after some bound, would guess: a PF driver unbinding 100 VFs takes a minute, and a
+slow unload would get rdmad loading modules in the middle of it.) A stack stop is run
+by openibd, not by the guard: ``stack-stopped`` after it ends the pause when the RDMA
+core was never unloaded.
 """
 
 from __future__ import annotations
@@ -27,17 +42,24 @@ import sys
 import syslog
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import FrameType
 from typing import TextIO
 
 from rdmad.guard.caller import describe_caller
 from rdmad.guard.decide import FORCE_HINT, Decision, TargetError, decide
-from rdmad.kernel.guardhook import HOOK_FILE, guarded_modules
-from rdmad.kernel.pause import DEFAULT_PAUSE, write_pause
+from rdmad.kernel.guardhook import HOOK_FILE, MODPROBE, guarded_modules
+from rdmad.kernel.pause import (
+    DEFAULT_PAUSE,
+    end_pause,
+    module_identity,
+    pause_identity,
+    read_pause,
+    write_pause,
+)
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model.observed import RdmaLinkObserved
+from rdmad.model.observed import PauseObserved, RdmaLinkObserved
 from rdmad.text import safe, safe_lines
 
 DEFAULT_DEADLINE = 20.0  # a cold python under QEMU/TCG takes seconds; a real node, ~0.1 s
@@ -63,29 +85,87 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("target", help="module or driver name (igb, mlx5_core) or PCI address")
     check.add_argument("--json", action="store_true", help="print the decision as JSON")
     check.add_argument("--force", action="store_true", help="allow even when in use (logged)")
-    hook = sub.add_parser("hook", help="the modprobe.d remove command (then rdmad stands back)")
+    remove = sub.add_parser(
+        "remove",
+        help="the modprobe.d remove command: decide, pause rdmad, unload, resume on failure",
+    )
+    remove.add_argument("module")
+    hook = sub.add_parser("hook", help="the remove command of older hook files (decide, pause)")
     hook.add_argument("module")
     stack = sub.add_parser("stack-stop", help="before an RDMA stack stop (openibd)")
     stack.add_argument("--by", default="a stack stop", help="who stops the stack")
     stack.add_argument("--json", action="store_true")
     stack.add_argument("--force", action="store_true")
+    stopped = sub.add_parser("stack-stopped", help="after a stack stop: resume if it failed")
+    stopped.add_argument("--by", default="a stack stop", help="who stopped the stack")
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, root: str = "/") -> int:
+Unload = Callable[[str], int]
+
+
+def modprobe_remove(module: str) -> int:
+    """``modprobe -r --ignore-remove MODULE`` (not this hook again), its output the
+    caller's; its exit status. Like system(3), SIGINT and SIGQUIT are the child's
+    alone while it runs: a Ctrl-C must not leave rdmad paused with nothing unloaded.
+    (Caught, not ignored: an ignored signal would stay ignored in modprobe.)"""
+    import subprocess
+
+    signals = (signal.SIGINT, signal.SIGQUIT)
+    saved = [(s, signal.signal(s, _child_only)) for s in signals]
+    try:
+        return subprocess.call([MODPROBE, "-r", "--ignore-remove", module])
+    except OSError as exc:
+        _say(f"rdmad-guard: cannot run {MODPROBE}: {exc.strerror or exc}")
+        return EXIT_REFUSED
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+
+
+def _child_only(_signum: int, _frame: FrameType | None) -> None:
+    """A terminal's Ctrl-C while modprobe runs: modprobe's to act on; the guard waits."""
+
+
+def main(
+    argv: Sequence[str] | None = None, *, root: str = "/", unload: Unload = modprobe_remove
+) -> int:
     args = _parser().parse_args(argv)
+    sysfs = Sysfs(root)
+    if args.command == "stack-stopped":
+        return _stack_stopped(sysfs, args.by)
+    verdict, decisions = _verdict(args, sysfs)
+    if verdict != EXIT_ALLOWED or args.command == "check":
+        return verdict
+    if args.command == "stack-stop":
+        if any(d.modules for d in decisions) or _loaded(sysfs, STACK_CORE) is not None:
+            _pause(sysfs, args, decisions)
+        return EXIT_ALLOWED
+    module = args.module
+    loaded = _loaded(sysfs, module)
+    pause = _pause(sysfs, args, decisions) if loaded is not None else None
+    if args.command == "hook":
+        return EXIT_ALLOWED  # the hook line itself runs modprobe -r next
+    status = unload(module)
+    if pause is not None and _loaded(sysfs, module) == loaded:
+        why = f"the unload of {module} failed (modprobe exit {status}): {module} is still loaded"
+        _resume(sysfs, pause, why)
+    return status
+
+
+def _verdict(args: argparse.Namespace, sysfs: Sysfs) -> tuple[int, list[Decision]]:
+    """Decide (bounded), say it (stderr, stdout, journal); the exit code and decisions."""
     forced = getattr(args, "force", False) or os.environ.get("RDMAD_GUARD_FORCE", "") not in (
         "",
         "0",
     )
-    sysfs = Sysfs(root)
     deadline = _deadline()
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, deadline)
     try:
         if args.command == "stack-stop":
             targets = sorted(m for m in _hooked(sysfs) if sysfs.exists(f"sys/module/{m}"))
-        elif args.command == "hook":
+        elif args.command in ("hook", "remove"):
             targets = [args.module]
         else:
             targets = [args.target]
@@ -93,13 +173,13 @@ def main(argv: Sequence[str] | None = None, *, root: str = "/") -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
     except TargetError as exc:
         _say(f"rdmad-guard: {exc}")
-        return EXIT_USAGE
+        return EXIT_USAGE, []
     except _Deadline:
         why = f"no decision within {deadline:g} s (RDMAD_GUARD_DEADLINE)"
-        return _failed(args, targets_of(args), why, forced)
+        return _failed(args, targets_of(args), why, forced), []
     except Exception as exc:  # an internal error must refuse, never crash modprobe silently
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _failed(args, targets_of(args), f"internal error: {detail}", forced)
+        return _failed(args, targets_of(args), f"internal error: {detail}", forced), []
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -115,18 +195,25 @@ def main(argv: Sequence[str] | None = None, *, root: str = "/") -> int:
             _journal(syslog.LOG_WARNING, f"refused {what}: {_one_line(decisions)}")
             if not getattr(args, "json", False):
                 _say(f"rdmad-guard: {text}")
-            return EXIT_REFUSED
+            return EXIT_REFUSED, decisions
         _journal(syslog.LOG_WARNING, f"FORCED {what} although in use: {_one_line(decisions)}")
         _say(f"rdmad-guard: forced (RDMAD_GUARD_FORCE): {text}")
     elif args.command == "check" and not args.json:
         _say("\n".join(d.explain() for d in decisions), sys.stdout)
-    if args.command in ("hook", "stack-stop"):
-        _pause(sysfs, args, decisions)
-    return EXIT_ALLOWED
+    return EXIT_ALLOWED, decisions
+
+
+def _loaded(sysfs: Sysfs, module: str) -> int | None:
+    """The identity of a loaded module that an unload can take away (``module_identity``),
+    None when it is not loaded, or built in (modprobe -r refuses a built-in)."""
+    name = module.replace("-", "_")
+    if sysfs.read(f"sys/module/{name}/initstate") is None:
+        return None  # not loaded, or built in (no initstate)
+    return module_identity(sysfs, name)
 
 
 def targets_of(args: argparse.Namespace) -> list[str]:
-    if args.command == "hook":
+    if args.command in ("hook", "remove"):
         return [args.module]
     if args.command == "check":
         return [args.target]
@@ -135,7 +222,7 @@ def targets_of(args: argparse.Namespace) -> list[str]:
 
 def _what(args: argparse.Namespace, targets: list[str]) -> str:
     who = describe_caller()
-    if args.command == "hook":
+    if args.command in ("hook", "remove"):
         return f"`modprobe -r {targets[0]}` by {who}"
     if args.command == "stack-stop":
         return f"stack stop ({args.by}) by {who}"
@@ -191,9 +278,12 @@ def _rdma_links(sysfs: Sysfs) -> tuple[list[RdmaLinkObserved], str | None]:
     return [replace(r, driver=r.driver or sysfs.ib_driver(r.name)) for r in links], None
 
 
-def _pause(sysfs: Sysfs, args: argparse.Namespace, decisions: list[Decision]) -> None:
+def _pause(
+    sysfs: Sysfs, args: argparse.Namespace, decisions: list[Decision]
+) -> PauseObserved | None:
     modules = sorted({m for d in decisions for m in d.modules} | {STACK_CORE})
-    if args.command == "hook":
+    if args.command in ("hook", "remove"):
+        modules = sorted(set(modules) | {args.module.replace("-", "_")})
         by = f"`modprobe -r {args.module}` ({describe_caller()})"
     else:
         by = f"{args.by} ({describe_caller()})"
@@ -208,8 +298,33 @@ def _pause(sysfs: Sysfs, args: argparse.Namespace, decisions: list[Decision]) ->
         )
     except OSError as exc:  # rdmad may bring a module back early: say so, do not refuse
         _say(f"rdmad-guard: could not pause rdmad ({exc}); it may reload modules")
-        return
+        return None
     _journal(syslog.LOG_INFO, f"allowed; rdmad stands back: {pause.describe()}")
+    return pause
+
+
+def _resume(sysfs: Sysfs, pause: PauseObserved | None, why: str) -> None:
+    """End ``pause`` (only that one; None: the pause in force) now, saying why."""
+    try:
+        ended = end_pause(sysfs, why=why, now=time.time(), only=pause)
+    except OSError as exc:
+        _say(f"rdmad-guard: {why}; rdmad stays paused ({exc})")
+        return
+    if ended is not None:
+        _journal(syslog.LOG_INFO, f"{why}: rdmad no longer stands back ({ended.describe()})")
+        _say(f"rdmad-guard: {why}: rdmad no longer stands back")
+
+
+def _stack_stopped(sysfs: Sysfs, by: str) -> int:
+    """After a stack stop (openibd's ExecStopPost=): a pause that began while the RDMA
+    core was loaded, with that same core still loaded, is over; the stop failed."""
+    pause = read_pause(sysfs, time.time())
+    if pause is None or not pause.by.startswith(f"{by} (") or STACK_CORE not in pause.modules:
+        return EXIT_ALLOWED  # none, or not this stop's (e.g. `rdmad-ctl pause`)
+    began_with = pause_identity(sysfs, STACK_CORE)
+    if began_with is not None and began_with == _loaded(sysfs, STACK_CORE):
+        _resume(sysfs, pause, f"{by} left {STACK_CORE} loaded: the stack was not stopped")
+    return EXIT_ALLOWED
 
 
 def _failed(args: argparse.Namespace, targets: list[str], why: str, forced: bool) -> int:

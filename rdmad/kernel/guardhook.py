@@ -1,12 +1,15 @@
 """rdmad's modprobe.d file: `modprobe -r` of a guarded module asks the guard first.
 
-    remove igb /usr/lib/rdmad/bin/python3 -I -m rdmad.guard hook igb \
-        && exec /sbin/modprobe -r --ignore-remove igb        (one line in the file)
+    remove igb /usr/lib/rdmad/bin/python3 -I -m rdmad.guard remove igb
 
 modprobe runs a ``remove`` command instead of unloading the module itself; a command
 that fails makes `modprobe -r` fail ("Error running remove command for igb") and
-nothing is unloaded. ``--ignore-remove`` keeps the inner modprobe from running the
-same command again. The guard needs no daemon: it decides from the kernel directly.
+nothing is unloaded. The guard decides from the kernel directly (it needs no daemon),
+and when it allows the unload it runs ``/sbin/modprobe -r --ignore-remove igb``
+itself (``--ignore-remove`` keeps that modprobe from running this command again): so
+it pauses rdmad only for an unload that goes ahead and ends the pause when the
+unload failed (rdmad.guard.cli). Files older rdmad wrote (``... hook igb && exec
+/sbin/modprobe -r --ignore-remove igb``) still work, and are rewritten as not current.
 
 The command is the interpreter rdmad itself runs under (``sys.executable``): in the
 package it is the private venv's, and a path that names it needs no $PATH, which
@@ -50,10 +53,7 @@ def render(modules: list[str] | tuple[str, ...], command: str) -> str:
     for module in sorted(set(modules)):
         if not _MODULE.match(module):
             raise ValueError(f"not a module name: {module!r}")
-        lines.append(
-            f"remove {module} {command} hook {module} && "
-            f"exec {MODPROBE} -r --ignore-remove {module}\n"
-        )
+        lines.append(f"remove {module} {command} remove {module}\n")
     return "".join(lines)
 
 

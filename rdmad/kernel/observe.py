@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
 from rdmad.kernel.modules import ModuleProbe, Modules
-from rdmad.kernel.pause import read_pause
+from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
@@ -37,6 +37,7 @@ from rdmad.model.observed import (
     ModulesObserved,
     NetdevObserved,
     Observed,
+    PauseObserved,
     PfObserved,
     RdmaLinkObserved,
     VfObserved,
@@ -104,6 +105,7 @@ def observe(
     modules = ModulesObserved(
         loaded, support=level, peermem=facts, builtin=builtin, unavailable=unavailable
     )
+    pause, pause_record = _pause(sysfs, now)
     return Observed(
         netdevs=netdevs,
         pfs=pfs,
@@ -112,7 +114,8 @@ def observe(
         rdma_netlink=rdma_netlink,
         notes=tuple(notes),
         guard_hook=observe_hook(sysfs),
-        pause=read_pause(sysfs, time.time() if now is None else now),
+        pause=pause,
+        pause_record=pause_record,
     )
 
 
@@ -164,11 +167,13 @@ def observe_changed(
     if any(old.pci is not None for i, old in before.items() if i not in after):
         return None  # a PCI function's netdev went away
     rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
+    pause, pause_record = _pause(sysfs, now)
     return replace(
         last,
         netdevs=tuple(after.values()),
         rdma_links=rdma_links,
-        pause=read_pause(sysfs, time.time() if now is None else now),
+        pause=pause,
+        pause_record=pause_record,
     )
 
 
@@ -300,3 +305,9 @@ def _pf(
         ib_device=ib_device,
         driver_module=driver_module(sysfs, sysfs.device_dir(pci)) if fn.driver else None,
     )
+
+
+def _pause(sysfs: Sysfs, now: float | None) -> tuple[PauseObserved | None, PauseObserved | None]:
+    """(the pause in force, the last pause written, also when over): one read."""
+    record = read_pause_record(sysfs, time.time() if now is None else now)
+    return (record if record is not None and record.ended_why is None else None), record

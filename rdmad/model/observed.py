@@ -182,6 +182,9 @@ class PauseObserved:
     since: float
     until: float
     modules: tuple[str, ...] = ()
+    # Set once it is over: when, and why ("it ran out", "ib_core is loaded again", ...).
+    ended_at: float | None = None
+    ended_why: str | None = None
 
     def describe(self) -> str:
         back = f" or until {' or '.join(self.modules)} is loaded again" if self.modules else ""
@@ -202,6 +205,8 @@ class Observed:
     # None: the hook file was not looked at (a hand-built snapshot): nothing is planned for it.
     guard_hook: GuardHookObserved | None = None
     pause: PauseObserved | None = None  # only while in force
+    # The last pause written, in force or over (ended_why says why): the history's view.
+    pause_record: PauseObserved | None = None
 
     def netdev(self, name: str) -> NetdevObserved | None:
         for n in self.netdevs:

@@ -10,12 +10,12 @@ import json
 import time
 from pathlib import Path
 
-from rdmad.kernel.pause import PAUSE_FILE, read_pause
+from rdmad.kernel.pause import PAUSE_FILE, read_pause, read_pause_record
 from rdmad.kernel.sysfs import Sysfs
 from tests.api.conftest import ApiFactory
 
 
-async def test_pause_writes_the_file_and_resume_removes_it(
+async def test_pause_writes_the_file_and_resume_ends_it_saying_who(
     make_api: ApiFactory, tmp_path: Path
 ) -> None:
     root = tmp_path / "pause-root"
@@ -29,7 +29,10 @@ async def test_pause_writes_the_file_and_resume_removes_it(
     assert read_pause(Sysfs(root), time.time()) is not None
     async with api.session.delete(api.url("/v1/pause?wait=5")) as resp:
         assert resp.status == 200
-    assert not (root / PAUSE_FILE).exists()
+    assert read_pause(Sysfs(root), time.time()) is None
+    record = read_pause_record(Sysfs(root), time.time())
+    assert record is not None and record.ended_why is not None
+    assert record.ended_why.startswith("ended by rdmad-ctl resume (uid 0, pid ")
 
 
 async def test_bad_pause_requests_are_400_and_write_nothing(

@@ -13,7 +13,9 @@ One rdmad run declares igb's 2 VFs (driver_guard defaults to true) and installs
 * an rxe link on VF 0 held by a verbs user (a process holding its uverbs node): refused;
 * `driver_guard = false` on reload: the hook file is gone.
 
-And a stack stop while rdmad runs: `modprobe -r rdma_rxe`, then the modules that
+A forced `modprobe -r rdma_rxe` the kernel refuses (a verbs user pins it): the pause
+the guard wrote before it ends at once, and the history tells both. And a stack stop
+while rdmad runs: `modprobe -r rdma_rxe`, then the modules that
 held ib_core, then ib_core, goes through (rdmad stands back: the status names the
 pause and who asked), and rdmad restores the rxe link once the modules are back.
 
@@ -66,7 +68,7 @@ def test_modprobe_r_igb_refused_while_a_vf_is_in_use(rdmad_guest: Guest) -> None
     pf = g.igb_pf()
     start(g, config(pf))
     g.wait_for(
-        f"grep -q '^remove igb .* hook igb && exec /sbin/modprobe -r --ignore-remove igb' {HOOK}",
+        f"grep -q '^remove igb .* -m rdmad.guard remove igb$' {HOOK}",
         60,
     )
     g.wait_for(f"[ $(cat /sys/bus/pci/devices/{pf}/sriov_numvfs) = 2 ]", 120)
@@ -168,6 +170,31 @@ def test_stack_stop_through_the_hook_while_rdmad_runs(rdmad_guest: Guest) -> Non
     start(g, config(pf, rxe=nic))
     g.wait_for("test -e /sys/class/infiniband/rxg0", 120)
     g.wait_for(f"grep -q '^remove rdma_rxe ' {HOOK}", 60)
+
+    # A forced unload the kernel refuses (a verbs user pins rdma_rxe): the guard paused
+    # rdmad before it and ends the pause as soon as modprobe fails, and the history says so.
+    unit, _ = g.hold_open(g.uverbs_node("rxg0"))
+    try:
+        res = g.run("RDMAD_GUARD_FORCE=1 modprobe -r rdma_rxe", timeout=240)
+        assert not res.ok and "in use" in res.out + res.err, res.describe()
+        assert g.module_loaded("rdma_rxe")
+    finally:
+        g.stop_unit(unit)
+    why = "the unload of rdma_rxe failed (modprobe exit 1): rdma_rxe is still loaded"
+    assert json.loads(g.check("cat /run/rdmad/pause.json"))["ended_why"] == why
+    wait_passes(g, 2)
+    assert ctl_status(g)[1]["daemon"]["pause"] is None
+    entries = json.loads(ctl(g, "history", "--json").out)["entries"]
+    told = [
+        (e["event"], e["cause"][:22], e["reason"])
+        for e in entries
+        if e["event"] in ("paused", "resumed")
+    ]
+    assert told == [
+        ("paused", "`modprobe -r rdma_rxe`", "guarded stop of the RDMA stack"),
+        ("resumed", "`modprobe -r rdma_rxe`", why),
+    ], entries
+
     stop = (
         "modprobe -r rdma_rxe && "
         # then everything that held ib_core (rdma-core's udev rules load rdma_cm & co.)
