@@ -47,11 +47,12 @@ ip link set {END_A} up
 ip link set {END_B} up
 ip route replace {ADDR_B}/32 dev {END_A} src {ADDR_A} table {TABLE_A}
 ip route replace {ADDR_A}/32 dev {END_B} src {ADDR_B} table {TABLE_B}
-ip rule show pref 100 | grep -q . || ip rule add pref 100 from {ADDR_A} to {ADDR_B} iif lo table {TABLE_A}
-ip rule show pref 101 | grep -q . || ip rule add pref 101 from {ADDR_B} to {ADDR_A} iif lo table {TABLE_B}
-ip rule show pref 102 | grep -q . || ip rule add pref 102 from {ADDR_A} to {ADDR_B} oif {END_A} table {TABLE_A}
-ip rule show pref 103 | grep -q . || ip rule add pref 103 from {ADDR_B} to {ADDR_A} oif {END_B} table {TABLE_B}
-ip rule show pref 1000 | grep -q . || ip rule add pref 1000 table local
+rule() {{ pref=$1; shift; ip rule show pref $pref | grep -q . || ip rule add pref $pref "$@"; }}
+rule 100 from {ADDR_A} to {ADDR_B} iif lo table {TABLE_A}
+rule 101 from {ADDR_B} to {ADDR_A} iif lo table {TABLE_B}
+rule 102 from {ADDR_A} to {ADDR_B} oif {END_A} table {TABLE_A}
+rule 103 from {ADDR_B} to {ADDR_A} oif {END_B} table {TABLE_B}
+rule 1000 table local
 ip rule del pref 0 table local 2>/dev/null || true
 """
 
