@@ -122,6 +122,13 @@ async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
 
     assert isinstance(stream, LinkEventStream)
     async for e in stream:
+        if e.kind == "addr":
+            # The queue keeps it only for a netdev whose addresses matter now
+            # (TriggerQueue.address_watch); its netdevs are read again (no news).
+            yield Trigger(
+                "netlink", f"address of {e.name or e.ifindex}", narrow=True, address=e.ifindex
+            )
+            continue
         renamed = e.old_name is not None and e.old_name != e.name
         what = f"{e.kind} {e.name or e.ifindex}" + (f" (was {e.old_name})" if renamed else "")
         yield Trigger(

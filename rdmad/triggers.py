@@ -59,6 +59,8 @@ class Trigger:
     events knows the netdevs without reading them again (``Batch.link_news``).
     ``echo``: a uevent about a link (add, move, remove), as (ifindex, present after it):
     when the link news already told all of it, the queue drops it (``TriggerQueue.put``).
+    ``address``: the ifindex of a link whose IP addresses changed; the queue keeps it
+    only when the agent watches that link's addresses (``TriggerQueue.address_watch``).
     """
 
     source: str
@@ -81,6 +83,7 @@ class Trigger:
     lagging: bool = False
     link: tuple[int, bytes | None] | None = None
     echo: tuple[int, bool] | None = None
+    address: int | None = None
 
 
 @dataclass(slots=True)
@@ -257,10 +260,16 @@ class TriggerQueue:
         # most recent last and bounded: what a uevent about the same link would repeat.
         self._heard: OrderedDict[int, tuple[frozenset[str], bool]] = OrderedDict()
         self.echoes = 0  # uevents dropped as echoes of link news already heard
+        # Links whose address changes start a pass: netdevs under rxe links that cannot
+        # serve yet for want of a GID (the agent sets them after each pass). Any other
+        # address change is dropped here: container churn costs rdmad nothing.
+        self.address_watch: frozenset[int] = frozenset()
 
     def put(self, trigger: Trigger) -> int:
         """Queue a trigger; returns its number: the pass whose status or plan reports
         ``answered >= number`` looked at the kernel after it arrived."""
+        if trigger.address is not None and trigger.address not in self.address_watch:
+            return self.total
         if trigger.at == 0.0:
             now = self.clock.monotonic()
             trigger = replace(trigger, at=now)
@@ -292,8 +301,8 @@ class TriggerQueue:
     def _hear(self, trigger: Trigger) -> None:
         """Remember what link news says; lost news (a resync) forgets everything."""
         if trigger.link is None:
-            if trigger.source == "netlink":
-                self._heard.clear()
+            if trigger.source == "netlink" and trigger.address is None:
+                self._heard.clear()  # a resync: news was lost
             return
         index, message = trigger.link
         present = message is not None

@@ -27,6 +27,7 @@ from rdmad.model import (
     AddRxe,
     BindVfDriver,
     LoadModule,
+    NotServing,
     Observed,
     SetNumVfs,
     Waiting,
@@ -145,6 +146,7 @@ class PassRunner:
             )
         now = clock.monotonic()
         self._update_objects(objects, actions)
+        self._look_again(actions, batch)
         seconds = now - started
         shared.add_pass(
             PassInfo(started, batch.first_at, batch.count, cause, seconds, done.count, done.changed)
@@ -166,7 +168,12 @@ class PassRunner:
         timers.arm_retry()
         timers.arm_expectations()
 
-        resting = not done.changed and not done.aborted and not timers.expecting(now)
+        resting = (
+            not done.changed
+            and not done.aborted
+            and not timers.expecting(now)
+            and not timers.looking_again()
+        )
         reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
         if done.changed or done.count or first or batch.reload or told:
@@ -397,6 +404,20 @@ class PassRunner:
             settled = not any(isinstance(a, Waiting) or a.changes_kernel for a in mine)
             if obj in expectations and settled:
                 del expectations[obj]  # what we waited for has appeared (or is moot)
+
+    def _look_again(self, actions: list[Action], batch: Batch) -> None:
+        """One more pass, after the delay a NotServing asks for, at what the kernel changes
+        without an event (an rxe link's GIDs). Armed by passes something else started,
+        never by that look's own pass: a link that stays unable to serve costs one pass
+        per event, and rdmad stays idle. Until it is taken the node is not at rest (READY=1
+        waits for it: a consumer started then would find no GID)."""
+        waiting = [a for a in actions if isinstance(a, NotServing) and a.recheck > 0]
+        # Their netdevs' address changes start a pass (the GIDs follow the addresses).
+        self.shared.queue.address_watch = frozenset(
+            a.netdev_ifindex for a in waiting if a.netdev_ifindex is not None
+        )
+        if waiting and set(batch.sources) != {"recheck"}:
+            self.timers.arm_look_again(min(a.recheck for a in waiting))
 
     def _tell_pauses(self, observed: Observed) -> bool:
         """Pauses that began or ended since the last observation, into the history

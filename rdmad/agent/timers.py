@@ -1,6 +1,7 @@
-"""The agent's clocks: drift checks, backoff retries, expectations of the kernel,
-the start-up deadline and the systemd watchdog. Each only puts a trigger on the
-queue (or pings systemd); none touches the kernel.
+"""The agent's clocks: drift checks, backoff retries, expectations of the kernel, a
+look again at what changes without an event, the start-up deadline and the systemd
+watchdog. Each only puts a trigger on the queue (or pings systemd); none touches the
+kernel.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Timers:
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
         self.expectations: dict[str, Expectation] = {}  # obj -> what the kernel owes us
+        self.look_again_at: float | None = None  # monotonic time of the next look again
         self._timers: dict[str, Cancellable] = {}
 
     def arm(self, name: str, when: float, callback: Callable[[], None]) -> None:
@@ -46,6 +48,7 @@ class Timers:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self.look_again_at = None
 
     def _trigger(self, source: str, detail: str) -> Callable[[], None]:
         def put() -> None:
@@ -84,6 +87,25 @@ class Timers:
         live = [e.deadline for e in self.expectations.values() if e.deadline > now]
         if live:
             self.arm("expect", min(live), self._trigger("deadline", "waited for the kernel"))
+
+    def arm_look_again(self, within: float) -> None:
+        """One pass ``within`` s from now, for what the kernel changes without an event
+        (an rxe link's GIDs); the earliest asked for wins. Cleared when it fires."""
+        when = self.shared.clock.monotonic() + within
+        if self.look_again_at is not None and self.look_again_at <= when:
+            return
+
+        def fire() -> None:
+            self._timers.pop("look-again", None)
+            self.look_again_at = None
+            self.shared.queue.put(Trigger("recheck", "looking again at what has no event"))
+
+        self.look_again_at = when
+        self.arm("look-again", when, fire)
+
+    def looking_again(self) -> bool:
+        """A look again is due: the node is not at rest until it has been taken."""
+        return self.look_again_at is not None
 
     def arm_pause_end(self, until_wall: float | None) -> None:
         """A pass when a guarded stop's pause runs out (``None``: no pause in force).

@@ -218,13 +218,15 @@ class KernelHost:
         if gone is not None:
             names = {n.ifindex: n.name for n in last.netdevs if n.ifindex not in gone}
         names.update((link.ifindex, link.name) for link in changed)
-        # A rename or removal under an RDMA link changes that link too (rxe goes with it).
+        # A rename or removal under an RDMA link changes that link too (rxe goes with it),
+        # and any news of its netdev may change its port's state (up, down, carrier).
         moved = any(
             r.netdev_ifindex is not None and names.get(r.netdev_ifindex) != r.netdev
             for r in last.rdma_links
         )
+        under = {r.netdev_ifindex for r in last.rdma_links}
         rdma_links = None
-        if rdma or moved:
+        if rdma or moved or any(link.ifindex in under for link in changed):
             notes: list[str] = []
             rdma_links, _ = await self._rdma_links(notes, paused=False)
             if rdma_links is None or notes:

@@ -1,5 +1,8 @@
 """Link events: an RTMGRP_LINK socket turned into ``LinkEvent`` values, ENOBUFS into "resync".
 
+The same socket hears IPv4/IPv6 address changes ("addr"): an rxe link's GIDs are made
+from its netdev's addresses, and nothing else says when they change.
+
 Its own socket, not shared with requests: a subscription must survive a receive-buffer
 overflow (the kernel dropped notifications), which then becomes one "resync" event
 telling the agent to observe everything again, instead of a dead socket.
@@ -18,10 +21,15 @@ from rdmad.kernel.nlcodec import NlMsg, split_messages
 from rdmad.kernel.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
 from rdmad.kernel.rtnl_codec import (
     CHANGE_ALL,
+    IFADDR,
     IFF_UP,
     IFINFO,
+    RTM_DELADDR,
     RTM_DELLINK,
+    RTM_NEWADDR,
     RTM_NEWLINK,
+    RTMGRP_IPV4_IFADDR,
+    RTMGRP_IPV6_IFADDR,
     RTMGRP_LINK,
     link_name,
 )
@@ -36,13 +44,14 @@ class LinkEvent:
 
     "add" is an RTM_NEWLINK with a full change mask (a new link, or one moved into this
     namespace); "change" is any other RTM_NEWLINK (flags, rename: compare ``name`` with
-    ``old_name``); "del" is RTM_DELLINK (deleted, or moved to another namespace).
+    ``old_name``); "del" is RTM_DELLINK (deleted, or moved to another namespace);
+    "addr" is an IP address added to or removed from the link (``name``: as last heard).
     Track links by ``ifindex``: names change. ``message``: an RTM_NEWLINK's payload
     (ifinfomsg + attributes, as a dump entry without VF lists; ``rtnl_codec.parse_link``
     reads it), so a reader can know the link without asking the kernel again.
     """
 
-    kind: Literal["add", "del", "change", "resync"]
+    kind: Literal["add", "del", "change", "resync", "addr"]
     ifindex: int = 0
     name: str | None = None
     old_name: str | None = None  # the previous name, when this stream saw it change
@@ -59,7 +68,10 @@ class LinkEventStream:
 
     def __init__(self, netns: str | None = None, rcvbuf: int = EVENTS_RCVBUF) -> None:
         self._sock: socket.socket | None = open_netlink_socket(
-            NETLINK_ROUTE, netns=netns, groups=RTMGRP_LINK, rcvbuf=rcvbuf
+            NETLINK_ROUTE,
+            netns=netns,
+            groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
+            rcvbuf=rcvbuf,
         )
         self._buf = bytearray(RECV_BUF)
         self._pending: list[LinkEvent] = []
@@ -160,6 +172,9 @@ class LinkEventStream:
                     self._pending.append(event)
 
     def _event(self, msg: NlMsg) -> LinkEvent | None:
+        if msg.type in (RTM_NEWADDR, RTM_DELADDR) and len(msg.data) >= IFADDR.size:
+            index = IFADDR.unpack_from(msg.data, 0)[4]
+            return LinkEvent("addr", index, self._names.get(index))
         if msg.type not in (RTM_NEWLINK, RTM_DELLINK) or len(msg.data) < IFINFO.size:
             return None
         # The header and the name only: the rest is read by whoever uses ``message``.

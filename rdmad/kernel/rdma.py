@@ -39,6 +39,7 @@ from rdmad.kernel.rdma_codec import (
     ATTR_NDEV_INDEX,
     ATTR_NDEV_NAME,
     ATTR_PORT_INDEX,
+    ATTR_PORT_STATE,
     ATTR_UVERBS_DRIVER_ID,
     CMD_DELLINK,
     CMD_GET,
@@ -48,6 +49,7 @@ from rdmad.kernel.rdma_codec import (
     CMD_RES_GET,
     DRIVER_NAMES,
     NETLINK_RDMA,
+    PORT_STATES,
     RES_TABLES,
     NldevAttrs,
     ResObject,
@@ -169,14 +171,18 @@ class RdmaNetlink:
         usage = await self._usage(devices)
         out = []
         for index, name in devices:
-            netdev, ifindex = await self._port_netdev(index)
+            netdev, ifindex, state = await self._port(index)
+            driver = await self._driver(index)
             out.append(
                 RdmaLinkObserved(
                     name=name,
-                    driver=await self._driver(index),
+                    driver=driver,
                     netdev=netdev,
                     netdev_ifindex=ifindex,
                     usage=usage[name],
+                    port_state=state,
+                    # Whether the link can be addressed at all (reconcile.rxe): for rxe only.
+                    gids=self._sysfs.ib_gids(name) if self._is_rxe(name, driver) else None,
                 )
             )
         return out
@@ -230,16 +236,24 @@ class RdmaNetlink:
     def _comm(self, pid: int) -> str | None:
         return self._sysfs.read(f"proc/{pid}/comm")
 
-    async def _port_netdev(self, index: int) -> tuple[str | None, int | None]:
+    async def _port(self, index: int) -> tuple[str | None, int | None, str | None]:
+        """Port 1's netdev (name, ifindex) and state, from one PORT_GET."""
         attrs: list[tuple[int, Value]] = [(ATTR_DEV_INDEX, index), (ATTR_PORT_INDEX, 1)]
         try:
             msgs = await self._request(CMD_PORT_GET, attrs)
         except (NetlinkFailure, OSError):
-            return None, None  # device went away between the dump and this query
+            return None, None, None  # device went away between the dump and this query
         for m in msgs:
             a = NldevAttrs.of(m)
-            return a.text(ATTR_NDEV_NAME), a.uint(ATTR_NDEV_INDEX)
-        return None, None
+            state = a.uint(ATTR_PORT_STATE)
+            name = None
+            if state is not None:
+                name = PORT_STATES[state] if state < len(PORT_STATES) else str(state)
+            return a.text(ATTR_NDEV_NAME), a.uint(ATTR_NDEV_INDEX), name
+        return None, None, None
+
+    def _is_rxe(self, name: str, driver: str | None) -> bool:
+        return (driver or self._sysfs.ib_driver(name)) == "rxe"
 
     async def _driver(self, index: int) -> str | None:
         if not self._sysfs.exists("sys/module/ib_uverbs"):

@@ -44,6 +44,8 @@ ATTR_DEV_NAME = 2
 ATTR_PORT_INDEX = 3
 ATTR_PORT_STATE = 12
 ATTR_PORT_PHYS_STATE = 13
+# enum ib_port_state (rdma/ib_verbs.h), as `rdma link` and sysfs name them.
+PORT_STATES = ("NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER")
 ATTR_RES_SUMMARY = 15
 ATTR_RES_SUMMARY_ENTRY = 16
 ATTR_RES_SUMMARY_ENTRY_NAME = 17

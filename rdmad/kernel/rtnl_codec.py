@@ -24,6 +24,11 @@ RTM_DELLINK = 17
 RTM_GETLINK = 18
 RTM_SETLINK = 19
 RTMGRP_LINK = 1
+RTM_NEWADDR = 20
+RTM_DELADDR = 21
+RTMGRP_IPV4_IFADDR = 0x10
+RTMGRP_IPV6_IFADDR = 0x100
+IFADDR = struct.Struct("=BBBBI")  # struct ifaddrmsg: family, prefixlen, flags, scope, index
 
 IFLA_ADDRESS = 1
 IFLA_IFNAME = 3

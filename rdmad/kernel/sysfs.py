@@ -341,6 +341,30 @@ class Sysfs:
         names = {self.read(f"{base}/{n}") for n in self.listdir(base)}
         return sorted(n for n in names if n)
 
+    def ib_gids(self, dev: str, port: int = 1, limit: int = 32) -> tuple[str, ...] | None:
+        """The valid GIDs among the first ``limit`` entries of a port's table; None when
+        the table cannot be read. ib_core puts a new GID at the lowest free index, so
+        the first entries hold every GID unless many were deleted and none added since
+        (rxe's table has 1,024 entries: reading them all on every pass is not cheap)."""
+        base = f"{CLASS_IB}/{dev}/ports/{port}/gids"
+        out = []
+        for index in range(limit):
+            gid = self.read(f"{base}/{index}")
+            if gid is None:
+                if index == 0:
+                    return None
+                break  # a shorter table
+            if gid.replace("0", "").replace(":", ""):  # the kernel prints a free entry as 0s
+                out.append(gid)
+        return tuple(out)
+
+    def ib_port_state(self, dev: str, port: int = 1) -> str | None:
+        """Port state as sysfs prints it ("4: ACTIVE" -> "ACTIVE"); None when unreadable."""
+        text = self.read(f"{CLASS_IB}/{dev}/ports/{port}/state")
+        if text is None:
+            return None
+        return text.partition(":")[2].strip() or None
+
     def ib_driver(self, dev: str) -> str | None:
         """Kernel driver of an RDMA device: the PCI driver, or 'rxe' for Soft-RoCE."""
         driver = self.link_name(f"{CLASS_IB}/{dev}/device/driver")

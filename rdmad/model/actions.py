@@ -188,6 +188,22 @@ class Waiting(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class NotServing(Waiting):
+    """An rxe link present as declared that cannot carry traffic yet: its port is not
+    ACTIVE, or it has no GID made from an IP address (what rdma_cm and routed RoCE v2
+    address it by). Restored but not working, so not converged.
+
+    ``recheck``: seconds after which to look again without an event. The kernel fills
+    a device's GIDs from a work queue after it is created or its netdev gets an
+    address, and says nothing when it is done.
+    """
+
+    recheck: float = 0.0
+    netdev_ifindex: int | None = None  # the netdev whose addresses its GIDs come from
+    kind: ClassVar[str] = "not-serving"
+
+
+@dataclass(frozen=True, slots=True)
 class Degraded(Action):
     """An object that is required and cannot be brought up now; says why.
 

@@ -119,13 +119,20 @@ class NetdevObserved:
 
 @dataclass(frozen=True, slots=True)
 class RdmaLinkObserved:
-    """An RDMA device (port 1) and the netdev it is bound to."""
+    """An RDMA device (port 1) and the netdev it is bound to.
+
+    ``port_state``: port 1's state as the kernel names it ("ACTIVE", "DOWN", "INIT", ...),
+    None when not read. ``gids``: the valid GIDs of port 1 (sysfs notation), None when
+    not read; what RoCE traffic and rdma_cm can address the device by.
+    """
 
     name: str
     driver: str | None  # "rxe", "mlx5_core", ... (kernel driver of the ib device)
     netdev: str | None
     netdev_ifindex: int | None = None
     usage: Usage = FREE
+    port_state: str | None = None
+    gids: tuple[str, ...] | None = None
 
     @property
     def is_rxe(self) -> bool:

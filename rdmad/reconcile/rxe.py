@@ -4,6 +4,8 @@ holds them."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from rdmad.model import (
     Action,
     AddRxe,
@@ -13,14 +15,20 @@ from rdmad.model import (
     LoadModule,
     NetdevObserved,
     NetdevRef,
+    NotServing,
     Observed,
     PlanState,
+    RdmaLinkObserved,
     RxeSpec,
     Waiting,
 )
 from rdmad.modsupport import RXE
 
 RXE_MODULE = RXE
+# How long to wait before looking again at a link with no GID of an IP address: the
+# kernel adds GIDs from a work queue, milliseconds after the link or the address, and
+# no event says it did. One look again per pass that found it so; never a poll.
+GID_RECHECK = 1.0
 
 
 # --- Soft-RoCE --------------------------------------------------------------------------
@@ -115,7 +123,7 @@ def _plan_one_rxe(
                 )
             ]
         if netdev is not None and existing.netdev == netdev.name:
-            return []
+            return _serving(spec, existing)
         where = existing.netdev or "no netdev"
         if spec.name not in state.managed_rxe or existing.usage.busy:
             owner = (
@@ -164,3 +172,35 @@ def _plan_one_rxe(
     why = "re-create" if existing is not None else "declared rxe link is missing"
     actions.append(AddRxe(obj, why, name=spec.name, netdev=netdev.name))
     return actions
+
+
+def _serving(spec: RxeSpec, link: RdmaLinkObserved) -> list[Action]:
+    """Nothing, when the link as declared can carry traffic as far as a cheap look tells
+    (its port ACTIVE, a GID of an IP address); else why not. Unknown (not read) is no
+    finding: only what was seen is reported."""
+    where = f"rxe {spec.name} on {link.netdev}"
+    state = link.port_state
+    if state is not None and state != "ACTIVE":
+        why = (
+            f"{where} cannot carry traffic: its port is {state} "
+            f"(it turns ACTIVE when {link.netdev} is up with a carrier)"
+        )
+        return [NotServing(spec.obj, why)]
+    if link.gids is not None and not any(_ip_gid(g) for g in link.gids):
+        why = (
+            f"{where} cannot carry routed traffic: it has no GID made from an IP address of "
+            f"{link.netdev} (rdma_cm and RoCE v2 between hosts address a device by one; "
+            f"give {link.netdev} an IPv4 or IPv6 address)"
+        )
+        return [NotServing(spec.obj, why, recheck=GID_RECHECK, netdev_ifindex=link.netdev_ifindex)]
+    return []
+
+
+def _ip_gid(gid: str) -> bool:
+    """A GID made from an IPv4 or a non-link-local IPv6 address (the default GID, made
+    from the MAC, and link-local ones are fe80::/10)."""
+    try:
+        address = ipaddress.IPv6Address(bytes.fromhex(gid.replace(":", "")))
+    except ValueError:
+        return True  # not a GID as sysfs prints them: nothing to conclude from it
+    return address.ipv4_mapped is not None or not address.is_link_local

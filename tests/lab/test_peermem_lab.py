@@ -155,3 +155,35 @@ def test_modules_disabled_is_reported_and_not_retried(fresh_guest: Guest) -> Non
     assert peer["status"] == "fail", peer
     assert peer["findings"][0]["id"] == "modules-disabled", peer
     assert check(doc, "module-loading")["status"] == "warn", doc
+
+
+UNKNOWN_SYMBOL_KO = "/usr/local/share/rdmad-lab/nvidia-peermem-unknown-symbol.ko"
+PEERMEM_KO = "/lib/modules/$(uname -r)/extra/nvidia-peermem.ko"
+
+
+def test_a_failed_load_is_explained_from_the_kernel_log_under_the_unit(rdmad: Guest) -> None:
+    """(d) A peermem whose load fails on a symbol nothing exports: modprobe only says
+    "Unknown symbol in module, or unknown parameter"; the kernel log names the symbol.
+    rdmad, as the shipped unit (PrivateDevices= with /dev/kmsg bound back, CAP_SYSLOG
+    under Debian's dmesg_restrict), reads it and says which symbol."""
+    g = rdmad
+    assert g.read("/proc/sys/kernel/dmesg_restrict") == "1"  # reading needs CAP_SYSLOG
+    g.check(
+        f"cp {PEERMEM_KO} /run/lab-peermem.ko && cp {UNKNOWN_SYMBOL_KO} {PEERMEM_KO} "
+        "&& depmod -a 2>/dev/null"
+    )
+    try:
+        g.check("modprobe ib_core && modprobe nvidia")
+        start(g, config("auto"))
+        [failed] = history_entries(
+            g, lambda h: h.get("obj") == "peermem" and h["event"] == "failed"
+        )
+        status = peermem_status(g)
+        assert status["state"] == "blocked", status
+        assert "unknown-symbol" in status["reason"], status
+        # The evidence is the kernel's line, not modprobe's lumped one.
+        assert "Unknown symbol nvidia_lab_missing_symbol" in status["reason"], status
+        assert not g.module_loaded("nvidia_peermem")
+        print(f"failed load: {failed['what']!r}; status: {status['reason']!r}")
+    finally:
+        g.run(f"cp /run/lab-peermem.ko {PEERMEM_KO} && depmod -a", timeout=120)

@@ -17,6 +17,8 @@ REPO=$(cd "$HERE/../../.." && pwd)
 CACHE=${RDMAD_LAB_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/rdmad-lab}
 SUITE=bookworm
 VENV=/opt/rdmad/venv
+# Lab-only files in the guest that no package owns (the unknown-symbol peermem).
+LAB_SHARE=/usr/local/share/rdmad-lab
 
 log() { printf '[lab-image %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -174,6 +176,14 @@ step_modules() {
         || { tail -30 "$WORK/make.log" >&2; die "dummy module build failed"; }
     install -m 0644 "$WORK/nsim/netdevsim.ko" "$WORK/dummy/nvidia.ko" \
         "$WORK/dummy/nvidia-peermem.ko" "$extra/"
+    # The same peermem calling a symbol nobody exports (modpost would refuse it: warn
+    # only), outside /lib/modules: a test puts it in place of the real one.
+    mkdir -p "$WORK/badsym" "$ROOT$LAB_SHARE"
+    cp "$HERE/modules/nvidia-peermem.c" "$WORK/badsym/"
+    printf 'obj-m := nvidia-peermem.o\nccflags-y := -DLAB_UNKNOWN_SYMBOL\n' >"$WORK/badsym/Kbuild"
+    make -s -C "$hdr" M="$WORK/badsym" KBUILD_MODPOST_WARN=1 modules >>"$WORK/make.log" 2>&1 \
+        || { tail -30 "$WORK/make.log" >&2; die "unknown-symbol peermem build failed"; }
+    install -m 0644 "$WORK/badsym/nvidia-peermem.ko" "$ROOT$LAB_SHARE/nvidia-peermem-unknown-symbol.ko"
     in_chroot depmod -a "$kver"
     in_chroot modinfo -k "$kver" -F depends nvidia-peermem | grep -q ib_core \
         || die "nvidia-peermem does not depend on ib_core"

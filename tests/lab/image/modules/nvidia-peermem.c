@@ -4,11 +4,20 @@
  * (an exported ib_core symbol) and calls a symbol exported by the dummy
  * nvidia module, so modinfo shows depends=ib_core,nvidia as in life and
  * `modprobe -r ib_core` fails while it is loaded.
+ *
+ * Built a second time with -DLAB_UNKNOWN_SYMBOL (kept outside /lib/modules): that copy
+ * calls a symbol no module exports, so loading it fails, and only the kernel log names
+ * the symbol (modprobe says "Unknown symbol in module, or unknown parameter").
  */
 #include <linux/module.h>
 #include <rdma/ib_verbs.h>
 
+#ifdef LAB_UNKNOWN_SYMBOL
+extern int nvidia_lab_missing_symbol(void);
+#define nvidia_lab_dummy_ping nvidia_lab_missing_symbol
+#else
 extern int nvidia_lab_dummy_ping(void);
+#endif
 
 static int peermem_lab_add(struct ib_device *device)
 {
