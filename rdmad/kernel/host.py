@@ -44,6 +44,7 @@ from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.kernel.rtnl_codec import LinkInfo, parse_link
 from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.usage import combine
 from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
@@ -53,6 +54,8 @@ from rdmad.model import (
     Observed,
     RdmaLinkObserved,
     SetVfSettings,
+    Usage,
+    Use,
     VfChange,
     VfSettings,
 )
@@ -268,7 +271,7 @@ class KernelHost:
         # While a guarded stop runs, no RDMA netlink socket either: opening one makes the
         # kernel load ib_core again the moment the stop has unloaded it.
         paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        rdma_links, rdma_netlink = await self._rdma_links(notes, paused=paused)
+        rdma_links, rdma_netlink, unread = await self._rdma_read(notes, paused=paused)
         snapshot = observe(
             self.sysfs,
             links,
@@ -277,6 +280,7 @@ class KernelHost:
             no_netlink_reason=reason,
             now=self.clock.wall(),
             peermem_probe=self.peermem_probe,
+            rdma_users_unknown=unread,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)
@@ -290,21 +294,33 @@ class KernelHost:
 
         ``paused``: read from sysfs (None), never opening a socket that could load ib_core.
         """
-        if self.rdma is None or paused:
-            return None, True  # not asked (a sysfs tree), or standing back
+        links, netlink, _unread = await self._rdma_read(notes, paused=paused)
+        return links, netlink
+
+    async def _rdma_read(
+        self, notes: list[str], *, paused: bool = False
+    ) -> tuple[list[RdmaLinkObserved] | None, bool, str | None]:
+        """``_rdma_links`` and, third, why the kernel users of RDMA devices were not read
+        where some may exist (ib_core loaded): netlink failed, is missing, or a guarded
+        stop stands rdmad back. Links then come from sysfs, their users unknown."""
+        if self.rdma is None:
+            return None, True, None  # not asked: a sysfs tree
         if not self.sysfs.exists("sys/module/ib_core"):
             # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
             # load a module. Without ib_core there is no RDMA device to list.
-            return [], True
+            return (None if paused else []), True, None
+        if paused:
+            return None, True, "RDMA netlink is not read while a guarded stop is in progress"
         # RdmaNetlink closes its socket after each operation: an open one pins ib_core.
         if not self._rdma_available():
-            notes.append(self.rdma.reason or "RDMA netlink is not available")
-            return None, False
+            why = self.rdma.reason or "RDMA netlink is not available"
+            notes.append(why)
+            return None, False, why
         try:
-            return await self.rdma.links(), True
+            return await self.rdma.links(), True, None
         except KernelError as exc:
             notes.append(f"RDMA links read from sysfs: {exc}")
-            return None, True
+            return None, True, f"RDMA netlink could not be read: {exc}"
 
     def _rdma_available(self) -> bool:
         """Probe NETLINK_RDMA once, and again only when ib_core has appeared since.
@@ -534,11 +550,17 @@ class KernelHost:
         return None
 
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
+        """The RDMA links now, for a re-check; when they cannot be read again, the last
+        observation's, with their kernel users unknown if those could exist."""
         paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        links, _ = await self._rdma_links([], paused=paused)
+        links, _, unread = await self._rdma_read([], paused=paused)
         if links is not None:
             return links
-        return list(self.last.rdma_links) if self.last is not None else []
+        last = list(self.last.rdma_links) if self.last is not None else []
+        if unread is None:
+            return last
+        users = Usage(Use.UNKNOWN, (f"kernel users unknown: {unread}",))
+        return [replace(r, usage=combine(r.usage, users)) for r in last]
 
     # --- VF settings (rtnetlink) ----------------------------------------------------------
 
