@@ -1,12 +1,13 @@
 """KernelHost: observe() the node and apply() actions to it.
 
 An action is carried out as the writes ``kernel.writes.planned_writes`` describes
-(the same description a dry run records). Every kernel write goes through one
-method, ``KernelHost._execute``: it re-checks a destructive write against the
-kernel (current value and usage), performs it off the event loop with a deadline,
-logs "old -> new" with the action's reason (at debug when it worked: the agent logs
-each change at info, with its cause) and appends a ``WriteRecord`` to ``records``
-(which keeps the last ``RECORDS_KEPT``).
+(the same description a dry run records). Destructive writes are re-checked against
+the kernel (current value and usage) before the action's first write, and again right
+before each one that follows other writes (``kernel.recheck``). Every kernel write
+goes through one method, ``KernelHost._execute``: it performs it off the event loop
+with a deadline, logs "old -> new" with the action's reason (at debug when it worked:
+the agent logs each change at info, with its cause) and appends a ``WriteRecord`` to
+``records`` (which keeps the last ``RECORDS_KEPT``).
 Nothing else in rdmad changes the kernel.
 """
 
@@ -372,6 +373,13 @@ class KernelHost:
                 # override -> unbind -> probe, GUIDs -> rebind: each needs the one before.
                 skipped = ", ".join(c[0] for p in planned[i:] for c in p.changes)
                 return verdict(action, writes, f"not done after a failed write: {skipped}")
+            if w.destructive and writes:
+                # The writes before it took time (a modprobe up to its timeout, a driver's
+                # GUID store): a VM may have taken the VF since. Look again right before.
+                try:
+                    recheck(w, self.sysfs, await self._fresh_rdma_links())
+                except StaleAction as exc:
+                    return self._stale_midway(action, writes, planned[i:], exc)
             if isinstance(action, AddRxe):
                 added = await self._add_rxe(action, w)
                 if added is None:
@@ -382,6 +390,20 @@ class KernelHost:
                 continue
             writes += await self._execute(action, w)
         return verdict(action, writes)
+
+    def _stale_midway(
+        self,
+        action: Action,
+        writes: list[WriteRecord],
+        left: Sequence[PlannedWrite],
+        exc: StaleAction,
+    ) -> ApplyResult:
+        """Stale at a destructive write after earlier ones ran: it and the rest are not
+        done; the writes made are in the result (and records) for history to show."""
+        skipped = ", ".join(c[0] for p in left for c in p.changes)
+        why = f"{exc} (not done: {skipped})"
+        log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+        return ApplyResult(action, Outcome.STALE, tuple(writes), f"stale: {why}")
 
     # --- reflexes (kernel.reflex): armed by the agent at rest, disarmed by its next pass ---
 
