@@ -146,6 +146,8 @@ class Applier:
             if isinstance(action, AddRxe) and (result.stale or not result.ok):
                 self.memory.state.managed_rxe.discard(action.name)  # not made: not ours
             if result.stale:
+                if result.writes:  # stale midway (re-checked before a later write)
+                    self.reporter.record_result(action, result, cause)
                 self._stale(action, result, cause)
                 held_objs.add(obj)
                 aborted = True
@@ -212,7 +214,8 @@ class Applier:
 
     def _stale(self, action: Action, result: ResultLike, cause: str) -> None:
         """Re-checked right before a destructive write, the kernel had changed (a user
-        appeared, a value moved). Nothing was written; plan again from a new look."""
+        appeared, a value moved). That write and those after it were not made (the ones
+        before it, e.g. a module load, are in history); plan again from a new look."""
         log.info(
             "reconcile.action-stale", obj=action.obj, action=action.describe(), why=result.note
         )

@@ -58,7 +58,7 @@ from rdmad.kernel.pause import (
     read_pause,
     write_pause,
 )
-from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs import Sysfs, Unreadable
 from rdmad.model.observed import PauseObserved, RdmaLinkObserved
 from rdmad.text import safe, safe_lines
 
@@ -242,13 +242,18 @@ def _hooked(sysfs: Sysfs) -> frozenset[str]:
 
 
 def _decide_all(sysfs: Sysfs, targets: list[str]) -> list[Decision]:
-    links, note = _rdma_links(sysfs)
-    return [decide(sysfs, t, links, rdma_note=note) for t in targets]
+    unknown = None
+    try:
+        links, note = _rdma_links(sysfs)
+    except Unreadable as exc:  # no RDMA device could be listed: each decision holds
+        links, note, unknown = [], None, exc.reason
+    return [decide(sysfs, t, links, rdma_note=note, rdma_unknown=unknown) for t in targets]
 
 
 def _rdma_links(sysfs: Sysfs) -> tuple[list[RdmaLinkObserved], str | None]:
     """RDMA links with their kernel users; only when ib_core is loaded (opening the
-    socket would load it). Unreadable: links from sysfs, their usage unknown."""
+    socket would load it). Unreadable: links from sysfs, their usage unknown; raises
+    ``Unreadable`` when sysfs cannot list them either."""
     if not sysfs.exists("sys/module/ib_core"):
         return [], None
     from rdmad.kernel.usage import OpenFiles, rdma_links_from_sysfs

@@ -6,7 +6,9 @@ of its drivers counts, with the VFs of those that are PFs: unloading the module
 destroys them all. Each VF's usage is ``rdmad.kernel.usage.vf_usage`` (the planner's
 own: vfio group and iommufd holders, libvirt hostdevs, a netdev in another network
 namespace, users of an RDMA device on it, an RDMA link on its netdev). For
-``rdma_rxe`` every rxe link's users count. Unknown is in use.
+``rdma_rxe`` every rxe link's users count. Unknown is in use: a listing that fails
+(the module's drivers, a driver's devices, a PF's VFs, /proc, libvirt's domains, the
+RDMA devices) holds the unload, naming why ("cannot list /proc: Too many open files").
 
 The RDMA links (for kernel users, RDMA netlink resource tracking) are passed in by the
 caller: reading them needs a socket, and only when ib_core is loaded.
@@ -18,9 +20,16 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.usage import Libvirt, Namespaces, OpenFiles, rdma_link_usage, vf_usage
-from rdmad.model.observed import RdmaLinkObserved, Usage
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs, Unreadable
+from rdmad.kernel.usage import (
+    Libvirt,
+    Namespaces,
+    OpenFiles,
+    combine,
+    rdma_link_usage,
+    vf_usage,
+)
+from rdmad.model.observed import RdmaLinkObserved, Usage, Use
 
 RXE_MODULE = "rdma_rxe"
 _FULL_PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -123,13 +132,17 @@ def normalize_pci(text: str) -> str | None:
 
 
 def devices_of(sysfs: Sysfs, name: str) -> tuple[list[str], list[str]]:
-    """(the loaded module(s) ``name`` stands for, the PCI functions bound to their drivers)."""
+    """(the loaded module(s) ``name`` stands for, the PCI functions bound to their drivers).
+
+    Unreadable when they cannot be listed. A module without a drivers/ directory
+    registered no driver; a driver directory that went away has no devices.
+    """
     module = name.replace("-", "_")
     modules: list[str] = []
     drivers: set[str] = set()
     if sysfs.exists(f"sys/module/{module}"):
         modules.append(module)
-        for entry in sysfs.listdir(f"sys/module/{module}/drivers"):
+        for entry in sysfs.entries(f"sys/module/{module}/drivers", optional=True):
             bus, _, driver = entry.partition(":")
             if bus == "pci":
                 drivers.add(driver)
@@ -141,7 +154,7 @@ def devices_of(sysfs: Sysfs, name: str) -> tuple[list[str], list[str]]:
     devices = sorted(
         d
         for drv in drivers
-        for d in sysfs.listdir(f"sys/bus/pci/drivers/{drv}")
+        for d in sysfs.entries(f"sys/bus/pci/drivers/{drv}", optional=True)
         if _FULL_PCI.match(d)
     )
     return modules, devices
@@ -153,28 +166,38 @@ def decide(
     rdma_links: Sequence[RdmaLinkObserved],
     *,
     rdma_note: str | None = None,
+    rdma_unknown: str | None = None,
     files: OpenFiles | None = None,
 ) -> Decision:
-    """Whether ``target`` may go; raises TargetError for a target that names nothing."""
+    """Whether ``target`` may go; raises TargetError for a target that names nothing.
+
+    ``rdma_unknown``: why the RDMA links could not be listed at all; then every VF
+    (one may carry an rxe link) and every rxe link count as unknown.
+    """
     files = files if files is not None else OpenFiles.scan(sysfs)
     notes = [rdma_note] if rdma_note else []
     if unknown := files.unknown():
         notes.append(unknown.describe())
+    blind = Usage(Use.UNKNOWN, (f"{rdma_unknown}: RDMA links unknown",)) if rdma_unknown else None
     pci = normalize_pci(target)
     if pci is not None:
         if not sysfs.exists(f"{PCI_DEVICES}/{pci}"):
             raise TargetError(f"{target}: no PCI device at that address")
-        return _decide_devices(sysfs, target, (), [pci], rdma_links, files, notes)
+        return _decide_devices(sysfs, target, (), [pci], rdma_links, files, notes, blind)
     if not _NAME.match(target):
         raise TargetError(f"{target!r} is neither a module or driver name nor a PCI address")
-    modules, devices = devices_of(sysfs, target)
+    try:
+        modules, devices = devices_of(sysfs, target)
+    except Unreadable as exc:
+        held = Held(f"the devices of {target}", Usage(Use.UNKNOWN, (exc.reason,)))
+        return Decision(target, (target.replace("-", "_"),), (), (held,), tuple(notes))
     if not modules and not devices:
         return Decision(
             target, (), (f"no module or PCI driver {target} is loaded",), (), tuple(notes)
         )
     if target.replace("-", "_") == RXE_MODULE:
-        return _decide_rxe(sysfs, target, rdma_links, files, notes)
-    return _decide_devices(sysfs, target, tuple(modules), devices, rdma_links, files, notes)
+        return _decide_rxe(sysfs, target, rdma_links, files, notes, blind)
+    return _decide_devices(sysfs, target, tuple(modules), devices, rdma_links, files, notes, blind)
 
 
 def _decide_devices(
@@ -185,14 +208,20 @@ def _decide_devices(
     rdma_links: Sequence[RdmaLinkObserved],
     files: OpenFiles,
     notes: list[str],
+    blind: Usage | None,
 ) -> Decision:
     libvirt = Libvirt.scan(sysfs)
     namespaces = Namespaces(sysfs)
     links = [_with_uverbs(sysfs, files, r) for r in rdma_links]
     checked: list[str] = []
+    held: list[Held] = []
     vfs: dict[str, str] = {}  # VF PCI -> how to name it
     for dev in devices:
-        virtfns = sysfs.virtfns(dev)
+        try:
+            virtfns = sysfs.virtfns(dev)
+        except Unreadable as exc:  # its VFs are unknown: any of them may be in use
+            held.append(Held(f"the VFs of {dev}", Usage(Use.UNKNOWN, (exc.reason,))))
+            continue
         for index, vf in sorted(virtfns.items()):
             vfs.setdefault(vf, f"VF {index} ({vf}) of PF {dev}")
         physfn = sysfs.link_name(f"{PCI_DEVICES}/{dev}/physfn")
@@ -202,12 +231,15 @@ def _decide_devices(
             checked.append(f"PF {dev}: {len(virtfns)} VF(s)")
         else:
             checked.append(f"{dev}: no VFs")
-    held = []
+    busy = 0
     for vf, what in vfs.items():
         usage = vf_usage(sysfs, files, libvirt, vf, links, namespaces)
+        if blind is not None:
+            usage = combine(usage, blind)
         if usage.busy:
             held.append(Held(what, usage))
-    free = len(vfs) - len(held)
+            busy += 1
+    free = len(vfs) - busy
     if free:
         checked.append(f"{free} VF(s) free")
     return Decision(target, modules, tuple(checked), tuple(held), tuple(notes))
@@ -219,6 +251,7 @@ def _decide_rxe(
     rdma_links: Sequence[RdmaLinkObserved],
     files: OpenFiles,
     notes: list[str],
+    blind: Usage | None,
 ) -> Decision:
     rxe = [r for r in rdma_links if r.is_rxe]
     held = [
@@ -226,6 +259,8 @@ def _decide_rxe(
         for r in rxe
         if (usage := rdma_link_usage(sysfs, files, r)).busy
     ]
+    if blind is not None:
+        held.append(Held("the rxe links", blind))
     checked = (f"{len(rxe)} rxe link(s)",)
     return Decision(target, (RXE_MODULE,), checked, tuple(held), tuple(notes))
 

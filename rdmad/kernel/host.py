@@ -1,12 +1,13 @@
 """KernelHost: observe() the node and apply() actions to it.
 
 An action is carried out as the writes ``kernel.writes.planned_writes`` describes
-(the same description a dry run records). Every kernel write goes through one
-method, ``KernelHost._execute``: it re-checks a destructive write against the
-kernel (current value and usage), performs it off the event loop with a deadline,
-logs "old -> new" with the action's reason (at debug when it worked: the agent logs
-each change at info, with its cause) and appends a ``WriteRecord`` to ``records``
-(which keeps the last ``RECORDS_KEPT``).
+(the same description a dry run records). Destructive writes are re-checked against
+the kernel (current value and usage) before the action's first write, and again right
+before each one that follows other writes (``kernel.recheck``). Every kernel write
+goes through one method, ``KernelHost._execute``: it performs it off the event loop
+with a deadline, logs "old -> new" with the action's reason (at debug when it worked:
+the agent logs each change at info, with its cause) and appends a ``WriteRecord`` to
+``records`` (which keeps the last ``RECORDS_KEPT``).
 Nothing else in rdmad changes the kernel.
 """
 
@@ -44,6 +45,7 @@ from rdmad.kernel.rtnetlink import RtNetlink
 from rdmad.kernel.rtnl_codec import LinkInfo, parse_link
 from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.usage import combine
 from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
 from rdmad.model import (
@@ -53,6 +55,8 @@ from rdmad.model import (
     Observed,
     RdmaLinkObserved,
     SetVfSettings,
+    Usage,
+    Use,
     VfChange,
     VfSettings,
 )
@@ -271,7 +275,7 @@ class KernelHost:
         # While a guarded stop runs, no RDMA netlink socket either: opening one makes the
         # kernel load ib_core again the moment the stop has unloaded it.
         paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        rdma_links, rdma_netlink = await self._rdma_links(notes, paused=paused)
+        rdma_links, rdma_netlink, unread = await self._rdma_read(notes, paused=paused)
         snapshot = observe(
             self.sysfs,
             links,
@@ -281,6 +285,7 @@ class KernelHost:
             now=self.clock.wall(),
             peermem_probe=self.peermem_probe,
             module_probe=self.module_probe,
+            rdma_users_unknown=unread,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)
@@ -294,21 +299,33 @@ class KernelHost:
 
         ``paused``: read from sysfs (None), never opening a socket that could load ib_core.
         """
-        if self.rdma is None or paused:
-            return None, True  # not asked (a sysfs tree), or standing back
+        links, netlink, _unread = await self._rdma_read(notes, paused=paused)
+        return links, netlink
+
+    async def _rdma_read(
+        self, notes: list[str], *, paused: bool = False
+    ) -> tuple[list[RdmaLinkObserved] | None, bool, str | None]:
+        """``_rdma_links`` and, third, why the kernel users of RDMA devices were not read
+        where some may exist (ib_core loaded): netlink failed, is missing, or a guarded
+        stop stands rdmad back. Links then come from sysfs, their users unknown."""
+        if self.rdma is None:
+            return None, True, None  # not asked: a sysfs tree
         if not self.sysfs.exists("sys/module/ib_core"):
             # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
             # load a module. Without ib_core there is no RDMA device to list.
-            return [], True
+            return (None if paused else []), True, None
+        if paused:
+            return None, True, "RDMA netlink is not read while a guarded stop is in progress"
         # RdmaNetlink closes its socket after each operation: an open one pins ib_core.
         if not self._rdma_available():
-            notes.append(self.rdma.reason or "RDMA netlink is not available")
-            return None, False
+            why = self.rdma.reason or "RDMA netlink is not available"
+            notes.append(why)
+            return None, False, why
         try:
-            return await self.rdma.links(), True
+            return await self.rdma.links(), True, None
         except KernelError as exc:
             notes.append(f"RDMA links read from sysfs: {exc}")
-            return None, True
+            return None, True, f"RDMA netlink could not be read: {exc}"
 
     def _rdma_available(self) -> bool:
         """Probe NETLINK_RDMA once, and again only when ib_core has appeared since.
@@ -360,6 +377,13 @@ class KernelHost:
                 # override -> unbind -> probe, GUIDs -> rebind: each needs the one before.
                 skipped = ", ".join(c[0] for p in planned[i:] for c in p.changes)
                 return verdict(action, writes, f"not done after a failed write: {skipped}")
+            if w.destructive and writes:
+                # The writes before it took time (a modprobe up to its timeout, a driver's
+                # GUID store): a VM may have taken the VF since. Look again right before.
+                try:
+                    recheck(w, self.sysfs, await self._fresh_rdma_links())
+                except StaleAction as exc:
+                    return self._stale_midway(action, writes, planned[i:], exc)
             if isinstance(action, AddRxe):
                 added = await self._add_rxe(action, w)
                 if added is None:
@@ -370,6 +394,20 @@ class KernelHost:
                 continue
             writes += await self._execute(action, w)
         return verdict(action, writes)
+
+    def _stale_midway(
+        self,
+        action: Action,
+        writes: list[WriteRecord],
+        left: Sequence[PlannedWrite],
+        exc: StaleAction,
+    ) -> ApplyResult:
+        """Stale at a destructive write after earlier ones ran: it and the rest are not
+        done; the writes made are in the result (and records) for history to show."""
+        skipped = ", ".join(c[0] for p in left for c in p.changes)
+        why = f"{exc} (not done: {skipped})"
+        log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
+        return ApplyResult(action, Outcome.STALE, tuple(writes), f"stale: {why}")
 
     # --- reflexes (kernel.reflex): armed by the agent at rest, disarmed by its next pass ---
 
@@ -538,11 +576,17 @@ class KernelHost:
         return None
 
     async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
+        """The RDMA links now, for a re-check; when they cannot be read again, the last
+        observation's, with their kernel users unknown if those could exist."""
         paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        links, _ = await self._rdma_links([], paused=paused)
+        links, _, unread = await self._rdma_read([], paused=paused)
         if links is not None:
             return links
-        return list(self.last.rdma_links) if self.last is not None else []
+        last = list(self.last.rdma_links) if self.last is not None else []
+        if unread is None:
+            return last
+        users = Usage(Use.UNKNOWN, (f"kernel users unknown: {unread}",))
+        return [replace(r, usage=combine(r.usage, users)) for r in last]
 
     # --- VF settings (rtnetlink) ----------------------------------------------------------
 

@@ -9,6 +9,9 @@ it VF settings are reported as unknown, never guessed. RDMA links come from
 ``Observed.rdma_netlink`` is False only when the kernel is known to have no RDMA
 netlink, i.e. no rxe link can ever be created on it (the planner then blocks
 rxe objects instead of waiting). When nobody asked (a fake tree), it is True.
+
+A listing that usage rests on and that fails (``Unreadable``) makes the VFs it
+concerns UNKNOWN, naming why; the planner counts that as in use.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.rtnl_codec import LinkInfo
-from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs import Sysfs, Unreadable
 from rdmad.kernel.usage import (
     Libvirt,
     Namespaces,
@@ -40,6 +43,8 @@ from rdmad.model.observed import (
     PauseObserved,
     PfObserved,
     RdmaLinkObserved,
+    Usage,
+    Use,
     VfObserved,
 )
 
@@ -54,11 +59,15 @@ def observe(
     now: float | None = None,
     peermem_probe: PeermemProbe | None = None,
     module_probe: ModuleProbe | None = None,
+    rdma_users_unknown: str | None = None,
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
     ``rdma`` is what RDMA netlink listed (driver None where it could not tell:
     sysfs fills it in); None means RDMA devices are read from sysfs.
+    ``rdma_users_unknown``: why RDMA netlink was not read although it should have been
+    (it failed, or a guarded stop is in progress): the kernel users of the links read
+    from sysfs are then unknown, and so each link counts as in use.
     """
     notes: list[str] = []
     netdevs = _netdevs(sysfs, links)
@@ -68,9 +77,19 @@ def observe(
     libvirt = Libvirt.scan(sysfs) if has_devices else Libvirt()
     if files.unreadable:
         notes.append(f"open files of {len(files.unreadable)} processes could not be read")
+    notes += [why for why in (files.failed, libvirt.failed) if why is not None]
     # RDMA links first: a VF is busy while an RDMA link sits on its netdev.
+    blind: Usage | None = None  # why every VF's usage is unknown, if it is
     if rdma is None:
-        rdma_links = rdma_links_from_sysfs(sysfs, files)
+        try:
+            rdma_links = rdma_links_from_sysfs(sysfs, files)
+        except Unreadable as exc:
+            rdma_links = ()
+            blind = Usage(Use.UNKNOWN, (f"{exc.reason}: RDMA links on VFs unknown",))
+            notes.append(exc.reason)
+        if rdma_users_unknown is not None:
+            users = Usage(Use.UNKNOWN, (f"kernel users unknown: {rdma_users_unknown}",))
+            rdma_links = tuple(replace(r, usage=combine(r.usage, users)) for r in rdma_links)
     else:
         rdma_links = tuple(
             replace(
@@ -91,6 +110,8 @@ def observe(
             rdma_links=rdma_links,
             namespaces=namespaces,
             no_netlink_reason=no_netlink_reason,
+            blind=blind,
+            notes=notes,
         )
         for pci in sysfs.sriov_pfs()
     )
@@ -246,6 +267,8 @@ def _pf(
     rdma_links: Sequence[RdmaLinkObserved],
     namespaces: Namespaces,
     no_netlink_reason: str,
+    blind: Usage | None = None,
+    notes: list[str] | None = None,
 ) -> PfObserved:
     fn = sysfs.pci_function(pci)
     assert fn is not None
@@ -269,8 +292,19 @@ def _pf(
         for index in range(fn.numvfs or 0):
             settings = facts.vfs.get(index) if facts is not None else None
             vfs.append(VfObserved(index=index, pci=f"{pci}/vf{index}", settings=settings))
-    for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
+    try:
+        virtfns = sysfs.virtfns(pci)
+    except Unreadable as exc:
+        # Which VFs exist is unknown: each index numvfs says exists reads in use, so
+        # that nothing destroys them (the planner blocks a numvfs change on them).
+        if notes is not None:
+            notes.append(exc.reason)
+        unknown = Usage(Use.UNKNOWN, (exc.reason,))
+        vfs.extend(VfObserved(index=i, pci=None, usage=unknown) for i in range(fn.numvfs or 0))
+        virtfns = {}
+    for index, vf_pci in sorted(virtfns.items()):
         vfn = sysfs.pci_function(vf_pci)
+        usage = vf_usage(sysfs, files, libvirt, vf_pci, rdma_links, namespaces, fn=vfn)
         settings = facts.vfs.get(index) if facts is not None else None
         ib = None
         if ib_device is not None:
@@ -286,7 +320,7 @@ def _pf(
                 netdev=sysfs.own_netdev(vfn.netdevs) if vfn else None,
                 settings=settings,
                 ib=ib,
-                usage=vf_usage(sysfs, files, libvirt, vf_pci, rdma_links, namespaces, fn=vfn),
+                usage=usage if blind is None else combine(usage, blind),
             )
         )
     return PfObserved(

@@ -4,13 +4,19 @@ write was planned from, and is what it destroys still free?
 Plans are made from an observation; between it and the write a VM may open a VF's
 vfio group, a verbs job may open an rxe device, someone may change numvfs. A write
 that no longer matches is dropped (``StaleAction``) and the next pass plans again.
+The host re-checks before an action's first write and again right before each
+destructive write that follows other writes of the action (a driver change loads a
+module for up to two minutes before it unbinds).
+
+A re-check that cannot look (a listing or read fails: ``Unreadable``) is stale too,
+naming why: not being able to tell is never "free".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs, Unreadable
 from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
 from rdmad.kernel.writes import Op, PlannedWrite
 from rdmad.model import RdmaLinkObserved
@@ -22,9 +28,17 @@ class StaleAction(Exception):
 
 def recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -> None:
     """Raise StaleAction unless ``w`` may still run; ``links`` are the RDMA links now."""
+    try:
+        _recheck(w, sysfs, links)
+    except Unreadable as exc:
+        raise StaleAction(f"whether it may still run is unknown: {exc.reason}") from None
+
+
+def _recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -> None:
     _target, old, _new = w.changes[0]
     if w.op is Op.NUMVFS:
-        now = sysfs.read_int(w.path)
+        text = sysfs.read_known(w.path)
+        now = int(text) if text is not None and text.isdigit() else None
         if now != old:
             raise StaleAction(f"sriov_numvfs is {now}, planned from {old}")
         pci = w.path.rsplit("/", 2)[-2]
@@ -34,7 +48,7 @@ def recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) ->
                 raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
     elif w.op is Op.UNBIND:
         pci = w.value
-        now_driver = sysfs.link_name(f"{PCI_DEVICES}/{pci}/driver")
+        now_driver = sysfs.link_known(f"{PCI_DEVICES}/{pci}/driver")
         if now_driver != old:
             raise StaleAction(f"{pci} is bound to {now_driver or 'no driver'}, not {old}")
         usage = vf_usage_now(sysfs, pci, links)

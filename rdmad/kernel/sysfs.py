@@ -7,6 +7,11 @@ rdmad opens a path under /sys or /proc directly.
 Reads never raise for a missing file: the kernel removes directories under our
 feet (VFs vanish on a driver unload), so a vanished file reads as None.
 Writes raise ``KernelError`` with the errno the kernel gave.
+
+What a safety decision rests on (who holds a VF, which VFs a PF has) is read with
+``entries``/``read_known``/``link_known``/``present``: they raise ``Unreadable`` when
+the kernel does not answer (EMFILE, EACCES, EIO...), so that a failed look reads as
+"unknown" (= in use, the reason named), never as "nothing there".
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +53,20 @@ def _above_root(rel: str) -> bool:
     return False
 
 
+class Unreadable(Exception):
+    """A listing or read that a safety decision rests on failed: the answer is unknown.
+
+    ``reason`` names the path and the kernel's words ("cannot list /proc: Too many
+    open files"); callers turn it into UNKNOWN usage, which counts as in use.
+    """
+
+    def __init__(self, verb: str, rel: str, exc: OSError) -> None:
+        self.errno = exc.errno
+        words = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        self.reason = f"cannot {verb} /{rel.lstrip('/')}: {words}"
+        super().__init__(self.reason)
+
+
 @dataclass(frozen=True, slots=True)
 class PciFunction:
     pci: str
@@ -60,6 +79,9 @@ class PciFunction:
     ib_devices: tuple[str, ...]
     iommu_group: str | None
     physfn: str | None
+    # Reads of the above that failed (Unreadable reasons): who holds the function is
+    # unknown, whatever the fields say.
+    unreadable: tuple[str, ...] = ()
 
 
 class Sysfs:
@@ -180,10 +202,61 @@ class Sysfs:
             return None
 
     def listdir(self, rel: str) -> list[str]:
+        """A directory's names; [] when it cannot be listed, for reads where that is
+        harmless. What a safety decision rests on uses ``entries``."""
         try:
             return sorted(os.listdir(self.path(rel)))
         except OSError:
             return []
+
+    # --- reads a safety decision rests on: a failure is Unreadable, never "nothing" ---------
+
+    def entries(self, rel: str, *, optional: bool = False) -> list[str]:
+        """A directory's names, or Unreadable: EMFILE, EACCES, EIO... never read as [].
+
+        ``optional``: the directory's absence (ENOENT) means there is nothing of its
+        kind (no libvirt, no ib_uverbs loaded, a VF without a netdev); otherwise a
+        missing directory is as unknown as an unreadable one.
+        """
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except FileNotFoundError as exc:
+            if optional:
+                return []
+            raise Unreadable("list", rel, exc) from None
+        except OSError as exc:
+            raise Unreadable("list", rel, exc) from None
+
+    def read_known(self, rel: str) -> str | None:
+        """A file's text; None when it is not there (ENOENT); any other error Unreadable."""
+        try:
+            with open(self.path(rel)) as fh:
+                return fh.read().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise Unreadable("read", rel, exc) from None
+
+    def link_known(self, rel: str) -> str | None:
+        """Basename of a symlink's target; None when there is no such link (ENOENT); any
+        other error (including a file that is not a link) Unreadable."""
+        try:
+            return os.path.basename(os.readlink(self.path(rel)))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise Unreadable("read the link", rel, exc) from None
+
+    def present(self, rel: str) -> bool:
+        """Whether a path exists; a failed lstat other than ENOENT is Unreadable (where
+        ``exists`` would say False: "gone", so "free")."""
+        try:
+            os.lstat(self.path(rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise Unreadable("look up", rel, exc) from None
+        return True
 
     def exists(self, rel: str) -> bool:
         try:
@@ -232,6 +305,25 @@ class Sysfs:
         base = self.device_dir(pci)
         if not self.exists(base):
             return None
+        # What decides who can hold the function (its driver, its iommu group, its
+        # netdevs and RDMA devices): a failed read is remembered, not taken as "none".
+        unreadable: list[str] = []
+
+        def entries(rel: str) -> tuple[str, ...]:
+            try:
+                # No net/ or infiniband/ directory: no netdev or RDMA device.
+                return tuple(self.entries(rel, optional=True))
+            except Unreadable as exc:
+                unreadable.append(exc.reason)
+                return ()
+
+        def link(rel: str) -> str | None:
+            try:
+                return self.link_known(rel)
+            except Unreadable as exc:
+                unreadable.append(exc.reason)
+                return None
+
         override = self.read(f"{base}/driver_override")
         physfn = self.link_name(f"{base}/physfn")
         # A VF has no SR-IOV capability, so no sriov_* files: not opening them is
@@ -245,15 +337,16 @@ class Sysfs:
             totalvfs = self.read_int(f"{NSIM_DEBUGFS}/{pci}/max_vfs") or NSIM_DEFAULT_MAX_VFS
         return PciFunction(
             pci=pci,
-            driver=self.link_name(f"{base}/driver"),
+            driver=link(f"{base}/driver"),
             driver_override=None if override in (None, "(null)", "") else override,
             numvfs=numvfs,
             totalvfs=totalvfs,
             drivers_autoprobe=autoprobe != 0,
-            netdevs=tuple(self.listdir(f"{base}/net")),
-            ib_devices=tuple(self.listdir(f"{base}/infiniband")),
-            iommu_group=self.link_name(f"{base}/iommu_group"),
+            netdevs=entries(f"{base}/net"),
+            ib_devices=entries(f"{base}/infiniband"),
+            iommu_group=link(f"{base}/iommu_group"),
             physfn=physfn,
+            unreadable=tuple(unreadable),
         )
 
     def sriov_pfs(self) -> list[str]:
@@ -267,12 +360,16 @@ class Sysfs:
         return pci + nsim
 
     def virtfns(self, pci: str) -> dict[int, str]:
-        """VF index -> VF PCI address, from the PF's virtfnN links."""
+        """VF index -> VF PCI address, from the PF's virtfnN links; Unreadable when they
+        cannot be listed (the VFs a write would destroy are then unknown, not none).
+
+        A PF that is gone has no VFs; a virtfn link that vanished is a VF removed meanwhile.
+        """
         out: dict[int, str] = {}
         base = f"{PCI_DEVICES}/{pci}"
-        for entry in self.listdir(base):
+        for entry in self.entries(base, optional=True):
             if entry.startswith("virtfn") and entry[6:].isdigit():
-                target = self.link_name(f"{base}/{entry}")
+                target = self.link_known(f"{base}/{entry}")
                 if target:
                     out[int(entry[6:])] = target
         return out
@@ -415,18 +512,21 @@ class Sysfs:
         return self.read("proc/cmdline") or ""
 
     def vfio_cdevs(self, pci: str) -> list[str]:
-        """/dev/vfio/devices/vfioN nodes of a device bound to vfio-pci (iommufd's cdev)."""
-        return [f"/dev/vfio/devices/{n}" for n in self.listdir(f"{PCI_DEVICES}/{pci}/vfio-dev")]
+        """/dev/vfio/devices/vfioN nodes of a device bound to vfio-pci (iommufd's cdev);
+        Unreadable when they cannot be listed. No vfio-dev/ directory: no cdev (a kernel
+        without iommufd's cdev, or the device not on vfio-pci)."""
+        rel = f"{PCI_DEVICES}/{pci}/vfio-dev"
+        return [f"/dev/vfio/devices/{n}" for n in self.entries(rel, optional=True)]
 
     def iommu_group_type(self, group: str) -> str | None:
         return self.read(f"sys/kernel/iommu_groups/{group}/type")
 
     # --- processes (for usage) -------------------------------------------------------------
 
-    def pids(self) -> Iterator[str]:
-        for entry in self.listdir("proc"):
-            if entry.isdigit():
-                yield entry
+    def pids(self) -> list[str]:
+        """Every process; Unreadable when /proc cannot be listed (EMFILE under a flood of
+        connections, a missing /proc): then nobody's open files are known."""
+        return [entry for entry in self.entries("proc") if entry.isdigit()]
 
     def fd_targets(self, pid: str) -> list[str]:
         base = self.path(f"proc/{pid}/fd")
@@ -443,7 +543,11 @@ class Sysfs:
         return out
 
     def comm(self, pid: str) -> str:
-        return self.read(f"proc/{pid}/comm") or "?"
+        """A process's name, for messages only: "?" when it cannot be read."""
+        try:
+            return self.read(f"proc/{pid}/comm") or "?"
+        except OSError:
+            return "?"
 
     def netns_id(self, rel: str) -> tuple[int, int] | None:
         """(device, inode) naming the network namespace a file stands for, e.g.

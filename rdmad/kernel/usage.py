@@ -22,6 +22,12 @@ light /proc/*/ns/net pass to name the processes in it).
 
 ``vf_usage_now``/``rdma_link_usage_now`` are the same code over a fresh scan, for
 a re-check right before a destructive write.
+
+A listing or read that fails here is "unknown" with its reason ("cannot list /proc:
+Too many open files"), never "nothing there" (``Sysfs.Unreadable``). Only where
+absence has a meaning is it "none": no /run/libvirt/qemu (no libvirt), no
+/sys/class/infiniband_verbs (ib_uverbs not loaded), a process or fd that went away
+while /proc was walked.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Protocol
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
-from rdmad.kernel.sysfs import PciFunction, Sysfs
+from rdmad.kernel.sysfs import CLASS_IB, PCI_DEVICES, PciFunction, Sysfs, Unreadable
 from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
@@ -61,17 +67,22 @@ class OpenFiles:
 
     holders: dict[str, list[str]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # "pid N (comm)" whose fds were unreadable
+    failed: str | None = None  # /proc itself could not be listed: nobody's files are known
 
     @classmethod
     def scan(cls, sysfs: Sysfs) -> OpenFiles:
         found = cls()
-        for pid in sysfs.pids():
+        try:
+            pids = sysfs.pids()
+        except Unreadable as exc:
+            return cls(failed=exc.reason)
+        for pid in pids:
             base = sysfs.path(f"proc/{pid}/fd")
             try:
                 fds = os.listdir(base)
             except FileNotFoundError:
-                continue  # exited meanwhile
-            except OSError:  # EACCES without CAP_SYS_PTRACE/DAC_READ_SEARCH, or stranger
+                continue  # exited meanwhile: it holds nothing any more
+            except OSError:  # EACCES without CAP_SYS_PTRACE/DAC_READ_SEARCH, EMFILE, EIO
                 found.unreadable.append(f"pid {pid} ({sysfs.comm(pid)})")
                 continue
             comm = None
@@ -79,8 +90,11 @@ class OpenFiles:
             for fd in fds:
                 try:
                     target = os.readlink(prefix + fd)
+                except FileNotFoundError:
+                    continue  # closed meanwhile (or the process exited)
                 except OSError:
-                    continue
+                    found.unreadable.append(f"pid {pid} ({sysfs.comm(pid)})")
+                    break
                 if target.startswith(_HELD_PREFIXES):
                     comm = comm or sysfs.comm(pid)
                     found.holders.setdefault(target, []).append(f"pid {pid} ({comm})")
@@ -93,7 +107,10 @@ class OpenFiles:
         return [f"{h} holds {node}" for node in nodes for h in self.held(node)]
 
     def unknown(self) -> Usage | None:
-        """UNKNOWN naming the processes whose open files could not be read, if any."""
+        """UNKNOWN naming why open files are unknown (/proc unlisted, or the processes
+        whose files could not be read), if they are."""
+        if self.failed is not None:
+            return Usage(Use.UNKNOWN, (f"{self.failed}: no process's open files were read",))
         if not self.unreadable:
             return None
         more = len(self.unreadable) - 3
@@ -107,12 +124,18 @@ class Libvirt:
 
     hostdevs: dict[str, str] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # status files that did not parse
+    failed: str | None = None  # the status directory could not be listed
 
     @classmethod
     def scan(cls, sysfs: Sysfs) -> Libvirt:
         found = cls()
         base = "run/libvirt/qemu"
-        for entry in sysfs.listdir(base):
+        try:
+            # No directory: libvirt's QEMU driver is not running here, no domain has a VF.
+            entries = sysfs.entries(base, optional=True)
+        except Unreadable as exc:
+            return cls(failed=exc.reason)
+        for entry in entries:
             if not entry.endswith(".xml"):
                 continue
             try:
@@ -148,6 +171,8 @@ class Libvirt:
             return Usage(
                 Use.IN_USE, (f"libvirt domain {self.hostdevs[pci]!r} has it as a hostdev",)
             )
+        if self.failed is not None:
+            return Usage(Use.UNKNOWN, (f"{self.failed}: libvirt's domains are unknown",))
         if self.unreadable:
             files = ", ".join("/" + f for f in self.unreadable[:3])
             return Usage(Use.UNKNOWN, (f"libvirt status {files} could not be read",))
@@ -215,6 +240,8 @@ class Namespaces:
         self._load()
         if self._backend is None:
             return f"nsid {nsid}"
+        # Names for the message only (the VF is in use whatever they are): listings
+        # that fail leave the namespace named by its id.
         names = [
             repr(n)
             for n in self.sysfs.listdir("run/netns")
@@ -235,7 +262,11 @@ class Namespaces:
             if self._backend is None:
                 return self._by_nsid
             groups: dict[tuple[int, int], list[str]] = {}
-            for pid in self.sysfs.pids():
+            try:
+                pids = self.sysfs.pids()
+            except Unreadable:
+                return self._by_nsid  # no process named; the usage stays IN_USE
+            for pid in pids:
                 ns = self.sysfs.netns_id(f"proc/{pid}/ns/net")
                 if ns is not None:
                     groups.setdefault(ns, []).append(pid)
@@ -247,18 +278,24 @@ class Namespaces:
 
 
 def uverbs_nodes(sysfs: Sysfs, ib_device: str) -> list[str]:
-    """/dev/infiniband/uverbsN nodes that belong to an RDMA device."""
+    """/dev/infiniband/uverbsN nodes that belong to an RDMA device; Unreadable when the
+    nodes or their devices cannot be read. No infiniband_verbs class: ib_uverbs is not
+    loaded, so no process can have a device open; a node gone meanwhile is not there."""
     base = "sys/class/infiniband_verbs"
     return [
         f"/dev/infiniband/{n}"
-        for n in sysfs.listdir(base)
-        if n.startswith("uverbs") and sysfs.read(f"{base}/{n}/ibdev") == ib_device
+        for n in sysfs.entries(base, optional=True)
+        if n.startswith("uverbs") and sysfs.read_known(f"{base}/{n}/ibdev") == ib_device
     ]
 
 
 def rdma_device_usage(sysfs: Sysfs, files: OpenFiles, ib_device: str) -> Usage:
     """User-space holders of an RDMA device: its uverbs nodes open in some process."""
-    holders = files.holding(uverbs_nodes(sysfs, ib_device))
+    try:
+        nodes = uverbs_nodes(sysfs, ib_device)
+    except Unreadable as exc:
+        return combine(Usage(Use.UNKNOWN, (exc.reason,)), files.unknown() or FREE)
+    holders = files.holding(nodes)
     if holders:
         return Usage(Use.IN_USE, tuple(holders))
     return files.unknown() or FREE
@@ -282,18 +319,30 @@ def vf_usage(
     (``rdma_link_usage``); ``namespaces`` None looks hidden netdevs up over rtnetlink.
     ``fn``: the VF as the caller just read it (a pass reads each VF once), else read."""
     if fn is None:
+        try:
+            # Gone only when the kernel says so (ENOENT), not when the look failed.
+            if not sysfs.present(f"{PCI_DEVICES}/{vf_pci}"):
+                return FREE  # gone: nothing can hold it
+        except Unreadable as exc:
+            return Usage(Use.UNKNOWN, (exc.reason,))
         fn = sysfs.pci_function(vf_pci)
     if fn is None:
         return FREE  # gone: nothing can hold it
     if isinstance(libvirt, dict):
         libvirt = Libvirt(hostdevs=libvirt)
     found = [libvirt.usage(vf_pci)]
+    if fn.unreadable:
+        found.append(Usage(Use.UNKNOWN, fn.unreadable))
     if fn.driver == "vfio-pci" and fn.iommu_group is None:
         found.append(
             Usage(Use.UNKNOWN, ("bound to vfio-pci without an iommu_group: holders unknown",))
         )
     if fn.driver in PASSTHROUGH_DRIVERS:
-        nodes = sysfs.vfio_cdevs(vf_pci)
+        try:
+            nodes = sysfs.vfio_cdevs(vf_pci)
+        except Unreadable as exc:
+            found.append(Usage(Use.UNKNOWN, (exc.reason,)))
+            nodes = []
         if fn.iommu_group is not None:
             nodes += [f"/dev/vfio/{fn.iommu_group}", f"/dev/vfio/noiommu-{fn.iommu_group}"]
         found.append(_held(files.holding(nodes)))
@@ -316,9 +365,10 @@ def vf_usage(
     if bound_to_kernel_driver and not fn.netdevs and not fn.ib_devices:
         found.append((namespaces or Namespaces(sysfs)).usage(vf_pci, fn.driver or "?"))
     usage = combine(*found)
-    if usage.state is Use.FREE:
-        return files.unknown() or FREE
-    return usage
+    if usage.state is Use.IN_USE:
+        return usage  # a known holder is what an operator needs
+    # Free or unknown so far: every reason the open files are unknown counts too.
+    return combine(usage, files.unknown() or FREE)
 
 
 def _held(holders: list[str]) -> Usage:
@@ -326,8 +376,12 @@ def _held(holders: list[str]) -> Usage:
 
 
 def rdma_links_from_sysfs(sysfs: Sysfs, files: OpenFiles) -> tuple[RdmaLinkObserved, ...]:
+    """RDMA devices as sysfs shows them, with their uverbs holders (no kernel users: only
+    RDMA netlink knows those). Unreadable when the devices cannot be listed: a VF whose
+    netdev carries an rxe link is in use, so "no links" must not be guessed. No
+    infiniband class: ib_core is not loaded, there is no RDMA device."""
     out = []
-    for dev in sysfs.ib_devices():
+    for dev in sysfs.entries(CLASS_IB, optional=True):
         ndevs = sysfs.ib_port_netdevs(dev)
         parent = sysfs.ib_attr(dev, "parent")
         netdev = parent or (ndevs[0] if ndevs else None)

@@ -96,3 +96,78 @@ def test_rxe_delete_dropped_when_a_verbs_user_appeared(guest: Any) -> None:
     finally:
         guest.stop_unit(unit)
         guest.run("ip link del labrc0")
+
+
+def test_vfio_bind_rechecks_after_the_module_load_before_the_unbind(guest: Any) -> None:
+    """The bind loads vfio-pci (a modprobe that takes its time), then unbinds the VF.
+    While the module loads, the VF's netdev is moved into a network namespace (a
+    container takes it): the re-check right before the unbind drops the action."""
+    verdict = run_in_guest(
+        guest,
+        """
+        import subprocess
+
+        SLOW = "/var/tmp/rdmad-lab-slow-modprobe"  # /run is noexec
+        STARTED, GO = "/run/rdmad-lab-mp-started", "/run/rdmad-lab-mp-go"
+
+        async def started(task, timeout=60.0):
+            deadline = time.monotonic() + timeout
+            while not os.path.exists(STARTED) and not task.done():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(STARTED)
+                await asyncio.sleep(0.05)
+
+        async def main():
+            pci = igb_pf()
+            for f in (STARTED, GO):
+                if os.path.exists(f):
+                    os.unlink(f)
+            with open(SLOW, "w") as fh:  # says it started, waits for the go (at most 60 s)
+                fh.write(f"#!/bin/sh\\n: > {STARTED}\\nn=0\\n"
+                         f"while [ ! -e {GO} ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); "
+                         f"done\\nexec /sbin/modprobe \\"$@\\"\\n")
+            os.chmod(SLOW, 0o755)
+            try:
+                async with KernelHost(modprobe_program=SLOW, modprobe_timeout=90) as host:
+                    now = pf_of(await host.observe(), pci).numvfs
+                    if now:
+                        await host.apply(SetNumVfs("o", "lab", pci=pci, old=now, new=0))
+                    await host.apply(SetNumVfs("o", "lab", pci=pci, old=0, new=1))
+                    obs = await until(host, lambda o: any(
+                        v.netdev and v.driver == "igbvf" for v in pf_of(o, pci).vfs),
+                        "VF 0 on igbvf with its netdev")
+                    vf = pf_of(obs, pci).vf(0)
+                    subprocess.run(["modprobe", "-r", "vfio_pci"], check=False)
+                    before = os.path.exists("/sys/module/vfio_pci")
+                    task = asyncio.ensure_future(host.apply(BindVfDriver(
+                        "o", "planned while free", vf_pci=vf.pci, old="igbvf",
+                        new="vfio-pci", load_module=True)))
+                    await started(task)
+                    moved = subprocess.run(  # by its name now (udev may have renamed it)
+                        f"udevadm settle; n=$(ls /sys/bus/pci/devices/{vf.pci}/net) && "
+                        "ip netns add labmp && ip link set dev $n netns labmp && echo $n",
+                        shell=True, capture_output=True, text=True)
+                    open(GO, "w").close()
+                    r = await asyncio.wait_for(task, 120)
+                    return {"moved": [moved.returncode, moved.stderr], "before": before,
+                            "vfio_loaded": os.path.exists("/sys/module/vfio_pci"),
+                            "driver": os.path.basename(
+                                os.readlink(f"/sys/bus/pci/devices/{vf.pci}/driver")),
+                            "vf": vf.pci, "netdev": moved.stdout.strip(),
+                            "outcome": r.outcome.value, "note": r.note,
+                            "writes": [[w.target, w.ok] for w in r.writes]}
+            finally:
+                subprocess.run("ip netns del labmp", shell=True, check=False)
+                with open(f"/sys/bus/pci/devices/{pci}/sriov_numvfs", "w") as fh:
+                    fh.write("0")
+        """,
+    )
+    assert verdict["moved"][0] == 0, verdict
+    assert not verdict["before"] and verdict["vfio_loaded"], verdict  # the modprobe ran
+    assert verdict["outcome"] == "stale", verdict
+    assert f"netdev {verdict['netdev']} is in network namespace 'labmp'" in verdict["note"]
+    assert verdict["driver"] == "igbvf"  # never unbound
+    assert verdict["writes"] == [  # what ran before the re-check; not the unbind, not the probe
+        ["module vfio-pci", True],
+        [f"{verdict['vf']} driver_override", True],
+    ]
