@@ -24,6 +24,7 @@ from rdmad.model import (
     InUseDrift,
     NetdevObserved,
     Note,
+    NotServing,
     ObjectDetail,
     ObjectState,
     Observed,
@@ -365,13 +366,26 @@ def _rxe(spec: RxeSpec, observed: Observed, actions: Sequence[Action]) -> Object
     target = find_netdev(spec.netdev, observed)
     want = target.name if isinstance(target, NetdevObserved) else spec.netdev.describe()
     seen = link.netdev if link is not None else None
-    state, reason = _rxe_verdict(actions, same=link is not None and link.is_rxe and seen == want)
+    same = link is not None and link.is_rxe and seen == want
+    unserving = next((a for a in actions if isinstance(a, NotServing)), None)
+    others = [a for a in actions if not isinstance(a, NotServing)]
+    state, reason = _rxe_verdict(others, same=same)
+    attributes = [AttrStatus("netdev", want, seen, state, reason)]
+    if same:
+        # Present as declared: can its consumers use it (port ACTIVE, a GID of an address)?
+        attributes.append(
+            AttrStatus("serving", True, unserving is None, *_serving_verdict(unserving))
+        )
     return ObjectDetail(
         kind="rxe",
         desired={"name": spec.name, "netdev": spec.netdev.describe()},
         observed=_link(observed, spec.name),
-        attributes=(AttrStatus("netdev", want, seen, state, reason),),
+        attributes=tuple(attributes),
     )
+
+
+def _serving_verdict(unserving: NotServing | None) -> Verdict:
+    return _CONVERGED if unserving is None else (ObjectState.PENDING, unserving.reason)
 
 
 def _rxe_verdict(actions: Sequence[Action], same: bool) -> Verdict:
@@ -388,7 +402,13 @@ def _link(observed: Observed, name: str) -> dict[str, Any]:
     link = observed.rdma_link(name)
     if link is None:
         return {}
-    return {"name": link.name, "netdev": link.netdev, "usage": link.usage.state.value}
+    return {
+        "name": link.name,
+        "netdev": link.netdev,
+        "usage": link.usage.state.value,
+        "port_state": link.port_state,
+        "gids": list(link.gids) if link.gids is not None else None,
+    }
 
 
 def _peermem(desired: Desired, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:

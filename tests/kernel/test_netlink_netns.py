@@ -134,6 +134,38 @@ async def test_events_add_rename_delete_by_ifindex(netns: str) -> None:
     assert not [e for e in events if e.kind == "resync"]
 
 
+async def test_address_changes_are_heard_per_ifindex_and_queued_only_when_watched(
+    netns: str,
+) -> None:
+    # An rxe link's GIDs follow its netdev's addresses; nothing else tells rdmad they
+    # changed. The link event socket hears IPv4 and IPv6 address adds and removals.
+    async with LinkEventStream(netns) as stream:
+        ip("-n", netns, "link", "add", "rdv0", "type", "veth", "peer", "name", "rdv1")
+        index = ifindex(netns, "rdv0")
+        ip("-n", netns, "addr", "add", "10.99.0.1/32", "dev", "rdv0")
+        added = await collect_until(stream, lambda e: e.kind == "addr" and e.ifindex == index)
+        ip("-n", netns, "addr", "add", "fd99::1/128", "dev", "rdv0", "nodad")
+        v6 = await collect_until(stream, lambda e: e.kind == "addr" and e.ifindex == index)
+        ip("-n", netns, "addr", "del", "10.99.0.1/32", "dev", "rdv0")
+        gone = await collect_until(stream, lambda e: e.kind == "addr" and e.ifindex == index)
+        triggers = daemon._link_triggers(stream)
+        queue = TriggerQueue(FakeClock())
+        ip("-n", netns, "addr", "add", "10.99.0.2/32", "dev", "rdv0")
+        unwatched = await asyncio.wait_for(anext(triggers), DEADLINE)
+        queue.put(unwatched)
+        assert queue.pending is None  # nobody waits for rdv0's addresses
+        queue.address_watch = frozenset({index})
+        ip("-n", netns, "addr", "del", "10.99.0.2/32", "dev", "rdv0")
+        watched = await asyncio.wait_for(anext(triggers), DEADLINE)
+        queue.put(watched)
+    assert added[-1].name == "rdv0"  # as the stream last heard the link named
+    assert v6[-1].kind == gone[-1].kind == "addr"
+    assert (unwatched.address, watched.address) == (index, index)
+    batch = queue.take()
+    assert batch is not None and batch.count == 1 and batch.narrow
+    assert batch.link_news() is None  # the netdevs are read again: no news of them
+
+
 async def test_link_news_bring_a_snapshot_to_what_a_dump_lists(netns: str, netns2: str) -> None:
     # The event path's narrow pass applies a batch's link news (the daemon's own triggers
     # from this stream) to the last snapshot instead of dumping the links: after adds,

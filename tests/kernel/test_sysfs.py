@@ -74,3 +74,29 @@ def test_write_to_a_directory_reports_eisdir_once(sysfs: Sysfs) -> None:
     with pytest.raises(KernelError) as info:
         sysfs.write(DEV, "1", op="poke")
     assert str(info.value) == f"poke on {DEV}: Is a directory (EISDIR)"
+
+
+def test_rxe_port_state_and_gids(tmp_path: Path) -> None:
+    """What rdmad reads to tell whether an rxe link can serve: the port's state and the
+    valid GIDs, found at the lowest indexes (ib_core fills the lowest free entry)."""
+    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+    port = tmp_path / "sys/class/infiniband/rxe0/ports/1"
+    (port / "gids").mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    table = [
+        "fe80:0000:0000:0000:5054:00ff:fe12:3456",
+        zero,
+        "0000:0000:0000:0000:0000:ffff:0a4d:0001",
+    ]
+    for index in range(1024):
+        value = table[index] if index < len(table) else zero
+        (port / "gids" / str(index)).write_text(value + "\n")
+    sysfs = Sysfs(tmp_path)
+    assert sysfs.ib_port_state("rxe0") == "ACTIVE"
+    assert sysfs.ib_gids("rxe0") == (table[0], table[2])  # a freed entry in between
+    (port / "state").write_text("1: DOWN\n")
+    assert sysfs.ib_port_state("rxe0") == "DOWN"
+    # A GID beyond the first entries read (many deleted, none added since) is not seen.
+    (port / "gids" / "40").write_text("fd00:0000:0000:0000:0000:0000:0000:0001\n")
+    assert sysfs.ib_gids("rxe0", limit=32) == (table[0], table[2])
+    assert sysfs.ib_gids("mlx9") is None and sysfs.ib_port_state("mlx9") is None

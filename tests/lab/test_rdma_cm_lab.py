@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import Guest, log
-from service import start, status_text, stop_and_forget, write_config
+from service import ctl, reload, start, status_text, stop_and_forget, write_config
 from traffic import (
     END_A,
     RXE_A,
@@ -82,6 +82,43 @@ def test_traffic_after_every_restore_path(rdmad: Guest) -> None:
     assert res.ok, res.describe()
     check_traffic(g, "after modprobe -r rdma_rxe; modprobe rdma_rxe")
     assert status_text(g).startswith("2 object(s), 2 converged"), status_text(g)
+
+
+def wait_status(g: Guest, text: str, timeout: float = 60.0) -> None:
+    g.wait_for(
+        f"systemctl show -p StatusText --value rdmad.service | grep -qF {text!r}", timeout=timeout
+    )
+
+
+def test_status_says_when_a_restored_link_cannot_serve(rdmad: Guest) -> None:
+    """Present is not working: a link whose port is not ACTIVE, or that has no GID made
+    from an IP address, is not converged (exit 1) and status says why; the netdev's own
+    events (link state, address) bring it back to converged, with no drift pass."""
+    g = rdmad
+    start(g, DAEMON + rxe_config())
+    links_ready(g)
+    wait_status(g, "2 object(s), 2 converged")
+
+    g.check(f"ip link set {END_A} down")  # and so no carrier on its peer either
+    wait_status(g, f"rxe {RXE_A} on {END_A} cannot carry traffic: its port is DOWN")
+    table = ctl(g, "status")
+    assert table.rc == 1 and "cannot carry traffic" in table.out, table.describe()
+    g.check(f"ip link set {END_A} up")
+    wait_status(g, "2 object(s), 2 converged")
+    assert ctl(g, "status").rc == 0
+
+    # A third link on a netdev with no address (only its link-local GID): up, ACTIVE,
+    # and unreachable for rdma_cm. An address added later is heard, and its GID seen.
+    g.check("ip link add labcn0 type veth peer name labcn1 && ip link set labcn1 up "
+            "&& ip link set labcn0 up")  # fmt: skip
+    third = '[[rxe]]\nname = "rxcn"\nnetdev = { name = "labcn0" }\n'
+    reload(g, DAEMON + rxe_config() + third)
+    wait_status(g, "it has no GID made from an IP address of labcn0")
+    doc = ctl(g, "status", "--json")
+    assert doc.rc == 1, doc.describe()
+    g.check("ip addr add 10.78.0.1/32 dev labcn0")
+    wait_status(g, "3 object(s), 3 converged", timeout=30)
+    g.run("ip link del labcn0")
 
 
 def test_traffic_after_reboot(fresh_guest: Guest) -> None:
