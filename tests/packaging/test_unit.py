@@ -36,7 +36,8 @@ def test_unit_is_hardened_as_declared() -> None:
     assert s["ReadWritePaths"] == ["/sys/devices /sys/bus/pci -/etc/modprobe.d"]
     assert s["NoNewPrivileges"] == ["yes"]
     assert s["RestrictAddressFamilies"] == ["AF_UNIX AF_NETLINK"]
-    assert s["SystemCallFilter"] == ["@system-service @module"]
+    assert s["SystemCallFilter"] == ["@system-service @module", "~@resources"]
+    assert s["MemoryDenyWriteExecute"] == ["yes"]
     assert s["RuntimeDirectoryMode"] == ["0755"]  # the API group must reach the socket
     assert s["Nice"] == ["-5"]  # ahead of busier processes on an event, never real-time
     assert s["RestrictRealtime"] == ["yes"]
