@@ -52,7 +52,14 @@ async def test_pass_fills_detail_and_last_change(rig: RigFactory) -> None:
     assert o.state is ObjectState.CONVERGED
     assert o.detail is not None and o.detail.kind == "rxe"
     doc = json.loads(json.dumps(o.detail.to_json()))
-    assert doc["observed"] == {"name": "rxe0", "netdev": "eth1", "usage": "free"}
+    # The fake host reads neither the port's state nor its GIDs: nothing concluded.
+    assert doc["observed"] == {
+        "name": "rxe0",
+        "netdev": "eth1",
+        "usage": "free",
+        "port_state": None,
+        "gids": None,
+    }
     assert doc["attributes"] == [
         {
             "name": "netdev",
@@ -60,7 +67,14 @@ async def test_pass_fills_detail_and_last_change(rig: RigFactory) -> None:
             "observed": "eth1",
             "state": "converged",
             "reason": "",
-        }
+        },
+        {
+            "name": "serving",
+            "desired": True,
+            "observed": True,
+            "state": "converged",
+            "reason": "",
+        },
     ]
     assert o.last_change is not None
     assert o.last_change["what"] == "rdma link add rxe0 type rxe netdev eth1"

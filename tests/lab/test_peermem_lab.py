@@ -175,9 +175,9 @@ def test_a_failed_load_is_explained_from_the_kernel_log_under_the_unit(rdmad: Gu
     try:
         g.check("modprobe ib_core && modprobe nvidia")
         start(g, config("auto"))
-        failed = history_entries(
-            g, lambda h: h.get("obj") == "peermem" and h["event"] == "failed"
-        )[-1]
+        failed = history_entries(g, lambda h: h.get("obj") == "peermem" and h["event"] == "failed")[
+            -1
+        ]
         status = peermem_status(g)
         assert status["state"] == "blocked", status
         assert "unknown-symbol" in status["reason"], status

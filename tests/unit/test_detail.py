@@ -276,9 +276,16 @@ def test_converged_node_shows_desired_and_observed() -> None:
     assert sr.vfs[1].attributes == ()  # present, not declared
     rxe = details["rxe rxe0"]
     assert rxe.desired == {"name": "rxe0", "netdev": "netdev eth0"}
-    assert rxe.observed == {"name": "rxe0", "netdev": "eth0", "usage": "free"}
-    [netdev] = rxe.attributes
+    assert rxe.observed == {
+        "name": "rxe0",
+        "netdev": "eth0",
+        "usage": "free",
+        "port_state": None,
+        "gids": None,
+    }
+    netdev, serving = rxe.attributes
     assert (netdev.desired, netdev.observed, netdev.reason) == ("eth0", "eth0", "")
+    assert (serving.name, serving.observed, serving.state.value) == ("serving", True, "converged")
 
 
 def test_pending_mac_says_why_and_shows_both_values() -> None:
