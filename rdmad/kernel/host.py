@@ -103,6 +103,7 @@ class LinkSource(Protocol):
 
 class RdmaSource(Protocol):
     reason: str | None
+    lasting: bool  # the last available() answer holds until ib_core comes (not EMFILE)
 
     def available(self) -> bool: ...
 
@@ -331,13 +332,17 @@ class KernelHost:
         """Probe NETLINK_RDMA once, and again only when ib_core has appeared since.
 
         Opening the socket makes the kernel request ib_core; probing a kernel that
-        lacks it on every pass would run a modprobe (by the kernel) each time.
+        lacks it on every pass would run a modprobe (by the kernel) each time. A failure
+        that may pass (out of descriptors or memory) is not kept: the next pass asks again,
+        or one EMFILE would keep rxe links from being made until ib_core came back.
         """
         assert self.rdma is not None
         core = self.sysfs.exists("sys/module/ib_core")
         if self._rdma_ok is None or (not self._rdma_ok and core and not self._rdma_probe_core):
-            self._rdma_ok = self.rdma.available()
+            ok = self.rdma.available()
+            self._rdma_ok = ok if ok or self.rdma.lasting else None
             self._rdma_probe_core = core
+            return ok
         return self._rdma_ok
 
     # --- apply ------------------------------------------------------------------------

@@ -88,6 +88,9 @@ class RdmaNetlink:
         self._nl = NetlinkTransport(NETLINK_RDMA, netns)
         self._sysfs = Sysfs(root)
         self.reason: str | None = None  # why available() is False
+        # Whether that answer lasts (no ib_core, no NETLINK_RDMA in this kernel) or may be
+        # gone at the next try (out of descriptors, memory): only a lasting one is cached.
+        self.lasting = True
         self._seen: dict[str, _Seen] = {}  # last detailed resource read, by device
 
     def close(self) -> None:
@@ -109,18 +112,19 @@ class RdmaNetlink:
         """
         if not self._core_loaded():
             shipped = self._core_shipped()
-            self.reason = None if shipped else NO_IB_CORE
+            self.reason, self.lasting = (None if shipped else NO_IB_CORE), True
             return shipped
         try:
             self._nl.get_socket()
             self._nl.close()  # a probe: the socket pins ib_core while open
         except OSError as exc:
-            if exc.errno == errno.EPROTONOSUPPORT:
+            self.lasting = exc.errno == errno.EPROTONOSUPPORT
+            if self.lasting:
                 self.reason = "the kernel has no RDMA netlink (NETLINK_RDMA)"
             else:
                 self.reason = f"cannot open an RDMA netlink socket: {exc.strerror or exc}"
             return False
-        self.reason = None
+        self.reason, self.lasting = None, True
         return True
 
     def _core_shipped(self) -> bool:

@@ -115,11 +115,19 @@ class FakeRdma:
         self.ok = ok
         self.fail = fail
         self.reason: str | None = None if ok else "the kernel has no RDMA netlink (NETLINK_RDMA)"
+        self.lasting = True
         self.made: dict[str, str] = {}
         self.probes = 0
+        self.transient = 0  # this many probes fail as out of descriptors first
 
     def available(self) -> bool:
         self.probes += 1
+        if self.transient:
+            self.transient -= 1
+            self.reason = "cannot open an RDMA netlink socket: Too many open files"
+            self.lasting = False
+            return False
+        self.reason, self.lasting = (None, True) if self.ok else (self.reason, True)
         return self.ok
 
     async def links(self) -> list[RdmaLinkObserved]:
@@ -684,6 +692,23 @@ async def test_recording_host_changes_nothing(tree: Path) -> None:
     ]
     assert (await dry.apply(Waiting("o", "later"))).outcome is Outcome.NOT_APPLIED
     assert not real.records
+
+
+async def test_a_passing_rdma_netlink_failure_is_asked_again_next_pass(tree: Path) -> None:
+    """Out of descriptors once is not "this kernel has no RDMA netlink": the next pass
+    probes again and sees the links (before, the failed probe was kept until ib_core
+    reloaded, and no rxe link could be made meanwhile)."""
+    rdma = FakeRdma()
+    rdma.made["rxe0"] = "eth0"
+    rdma.transient = 1
+    host = make_host(tree, rdma=rdma)
+    first = await host.observe()
+    assert not first.rdma_netlink
+    assert "Too many open files" in " ".join(first.notes)
+    second = await host.observe()
+    assert second.rdma_netlink and second.rdma_link("rxe0") is not None
+    await host.observe()
+    assert rdma.probes == 2  # and kept once it answered
 
 
 async def test_observe_uses_netlink_link_info_and_rdma(tree: Path) -> None:
