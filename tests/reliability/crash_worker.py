@@ -127,6 +127,7 @@ class TreeRdma:
     """RDMA netlink for the tree: rxe links are virtual devices under /sys/class/infiniband."""
 
     reason: str | None = None
+    lasting = True
 
     def __init__(self, tree: KernelTree) -> None:
         self.tree = tree
