@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from rdmad.model import ModulesObserved, NetdevObserved, Observed, RdmaLinkObserved
 from rdmad.reconcile.rxe import GID_RECHECK
 from rdmad.triggers import Trigger
-from tests.agent.conftest import FakeHost, RigFactory, desired, until
+from tests.agent.conftest import FakeHost, Rig, RigFactory, desired, until
 
 LINK_LOCAL = "fe80:0000:0000:0000:5054:00ff:fe12:3456"
 IPV4 = "0000:0000:0000:0000:0000:ffff:0a4d:0001"
@@ -40,6 +40,17 @@ class GidHost(FakeHost):
             ),
             modules=ModulesObserved(frozenset({"rdma_rxe"})),
         )
+
+
+async def looked_at_again(rig: RigFactory, host: GidHost) -> Rig:
+    """rdmad started with rxe0 on eth0, whose address GID never comes: created, looked
+    at once more after the delay, READY=1 sent."""
+    r = rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host)
+    await r.start()
+    await r.idle()
+    await r.advance(GID_RECHECK + 0.01)
+    await until(lambda: r.notes.count("READY=1") == 1, "READY=1 once it was looked at again")
+    return r
 
 
 def state_of(rig_: object, obj: str) -> str:
@@ -78,11 +89,7 @@ async def test_a_link_that_never_gets_a_gid_costs_one_look_again_then_rdmad_is_i
     rig: RigFactory,
 ) -> None:
     host = GidHost()
-    r = rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host)
-    await r.start()
-    await r.idle()
-    await r.advance(GID_RECHECK + 0.01)
-    await until(lambda: r.notes.count("READY=1") == 1, "READY=1 once it was looked at again")
+    r = await looked_at_again(rig, host)
     passes = len(r.agent.passes)
     observes = host.observes
     await r.advance(600, step=10)  # ten minutes of fake time, drift every hour
@@ -95,11 +102,7 @@ async def test_an_address_change_of_that_netdev_starts_a_pass_others_do_not(
     rig: RigFactory,
 ) -> None:
     host = GidHost()
-    r = rig(desired(("rxe0", "eth0"), drift_interval="1h"), host=host)
-    await r.start()
-    await r.idle()
-    await r.advance(GID_RECHECK + 0.01)
-    await until(lambda: r.notes.count("READY=1") == 1, "READY=1")
+    r = await looked_at_again(rig, host)
     queue = r.agent.queue
     assert queue.address_watch == frozenset({1})  # eth0
     passes = len(r.agent.passes)
