@@ -103,10 +103,6 @@ class Timers:
         self.look_again_at = when
         self.arm("look-again", when, fire)
 
-    def looking_again(self) -> bool:
-        """A look again is due: the node is not at rest until it has been taken."""
-        return self.look_again_at is not None
-
     def arm_pause_end(self, until_wall: float | None) -> None:
         """A pass when a guarded stop's pause runs out (``None``: no pause in force).
 

@@ -26,8 +26,9 @@ from rdmad.modsupport import RXE
 
 RXE_MODULE = RXE
 # How long to wait before looking again at a link with no GID of an IP address: the
-# kernel adds GIDs from a work queue, milliseconds after the link or the address, and
-# no event says it did. One look again per pass that found it so; never a poll.
+# kernel makes the GID of an address added to the netdev from a work queue, after the
+# address event, and no event says it did. One look again per pass that found it so;
+# never a poll.
 GID_RECHECK = 1.0
 
 

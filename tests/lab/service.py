@@ -15,6 +15,17 @@ STATE = "/var/lib/rdmad/state.json"
 DEBUG_LOG = 'log_level = "debug"'
 
 
+def serving_veth(g: Guest, end: str, peer: str, address: str) -> None:
+    """A veth pair an rxe link on ``end`` can serve over, as status counts it: both ends
+    up (a carrier, so the port is ACTIVE) and ``end`` with an IP address (the GID rdma_cm
+    and RoCE v2 address it by). A link on a netdev that is down, or that has only its
+    link-local GID, is present but not converged (rdmad.reconcile.rxe)."""
+    g.check(
+        f"ip link add {end} type veth peer name {peer} && ip link set {peer} up && "
+        f"ip link set {end} up && ip addr add {address}/32 dev {end}"
+    )
+
+
 def write_config(g: Guest, text: str) -> None:
     g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=text.encode())
 

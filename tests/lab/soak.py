@@ -41,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_proc import fd_count, main_pid, rss_kib, rss_parts_kib, status_doc, thread_count
 from harness import Guest, install_mode, log, pool_or_exit, rdmad_python
-from service import history, start
+from service import history, serving_veth, start
 
 RESULT = Path(__file__).resolve().parents[1] / "soak-result.json"
 NUMVFS = 4
 VETH = "labsk0"
 FLAP_UNIT = "lab-soak-flap"
+PF_RULE = "/etc/udev/rules.d/90-lab-soak-pf.rules"
 FLAPS = "/run/lab-soak-flaps"
 RELOAD_EVERY = 120.0
 SAMPLE_EVERY = 10.0
@@ -346,7 +347,17 @@ def soak(
     if env:
         install_env(g, env)
     pf = g.igb_pf()
-    g.check(f"ip link add {VETH} type veth peer name {VETH}p && ip link set {VETH} up")
+    serving_veth(g, VETH, f"{VETH}p", "10.79.6.1")
+    # The PF's netdev comes back with every igb reload: up with an address each time, as
+    # a node's network configuration makes it (an rxe link on a netdev that is down or
+    # has no address cannot serve, and status says so).
+    rule = (
+        f'ACTION=="add", SUBSYSTEM=="net", KERNELS=="{pf}", '
+        "RUN+=\"/bin/sh -c 'ip link set $name up; ip addr replace 10.79.6.2/32 dev $name'\"\n"
+    )
+    g.check(f"cat > {PF_RULE} && udevadm control --reload", stdin=rule.encode())
+    g.check(f"n=$(ls /sys/bus/pci/devices/{pf}/net); ip link set $n up; "
+            f"ip addr replace 10.79.6.2/32 dev $n")  # fmt: skip
     condition = restored_condition(pf)
     start(g, config_text(pf))
     g.wait_for(condition, timeout=300)
@@ -386,6 +397,7 @@ def soak(
             max(0.0, min(SAMPLE_EVERY, end - time.monotonic(), next_reload - time.monotonic()))
         )
     g.stop_unit(f"{FLAP_UNIT}.service")
+    g.check(f"ip link set {VETH} up")  # the flap may have stopped between down and up
     g.check("rdmad-ctl reconcile --wait 120", timeout=180)
     g.wait_for(condition, timeout=120)
     doc = status_doc(g)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import Guest
-from service import journal, stop_and_forget, write_config
+from service import journal, serving_veth, stop_and_forget, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -28,7 +28,7 @@ def _show(guest: Guest, prop: str) -> str:
 def daemon_guest(guest: Guest) -> Iterator[Guest]:
     report = guest.install_rdmad()
     assert report.unit_installed, "systemd/rdmad.service was not installed"
-    guest.check("ip link add labd0 type veth peer name labd1")
+    serving_veth(guest, "labd0", "labd1", "10.79.0.1")
     write_config(guest, CONFIG)
     yield guest
     stop_and_forget(guest)

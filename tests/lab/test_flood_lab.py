@@ -142,7 +142,7 @@ def test_a_local_flood_leaves_root_its_status_and_the_rxe_link_restored(rdmad: G
     g = rdmad
     g.check(
         f"ip link add {VETH} type veth peer name {PEER} && ip link set {VETH} up && "
-        f"ip link set {PEER} up"
+        f"ip link set {PEER} up && ip addr add 10.79.2.1/32 dev {VETH}"  # a link that can serve
     )
     g.check(
         f"mkdir -p {Path(DROPIN).parent} && ln -sf /usr/share/rdmad/metrics-tcp.conf {DROPIN} && "

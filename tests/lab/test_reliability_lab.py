@@ -53,7 +53,7 @@ from daemon_proc import (
     wait_restarted,
 )
 from harness import Guest, log
-from service import STATE, history, start, stop_and_forget, write_config
+from service import STATE, history, serving_veth, start, stop_and_forget, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
 
@@ -236,7 +236,7 @@ def test_sigkill_mid_apply_restarts_and_converges_without_harm(rdmad_guest: Gues
     pf_netdev = g.pci_netdevs(pf)[0]
     since = guest_epoch(g)
     for i in range(RXE_LINKS):
-        g.check(f"ip link add {VETH}{i} type veth peer name {VETH}{i}p && ip link set {VETH}{i} up")
+        serving_veth(g, f"{VETH}{i}", f"{VETH}{i}p", f"10.79.1.{i + 1}")
     start(g, config(pf, 0, 0))
     kills: list[Kill] = []
 
@@ -345,7 +345,7 @@ def describe_landing(k: Kill) -> str:
 
 def test_event_storm_costs_few_passes_and_leaves_rdmad_listening(rdmad_guest: Guest) -> None:
     g = rdmad_guest
-    g.check("ip link add labs0 type veth peer name labs0p && ip link set labs0 up")
+    serving_veth(g, "labs0", "labs0p", "10.79.3.1")
     start(
         g,
         '[daemon]\ndrift_interval = "1h"\n\n[[rxe]]\nname = "rxs0"\nnetdev = { name = "labs0" }\n',

@@ -193,6 +193,11 @@ def test_rename_follows_name_and_mac_references(rdmad: Guest) -> None:
     # has nothing to do (no delete, no re-add).
     g.check("ip link set labrm0 name labrm9")
     wait_link(g, "rxm", "labrm9")
+    # Up, with addresses: links that can serve (status counts a port DOWN as pending).
+    g.check(
+        "ip link set labrn0 up && ip link set labrm9 up && "
+        "ip addr add 10.79.4.1/32 dev labrn0 && ip addr add 10.79.4.2/32 dev labrm9"
+    )
     reload(g, config)  # one more full pass over the renamed node, and wait for its end
     assert "2 converged" in status_text(g), status_text(g)
     assert [h for h in rxe_entries(g, "rxm") if "-> unset" in h["what"]] == []
@@ -202,13 +207,13 @@ def test_rename_follows_name_and_mac_references(rdmad: Guest) -> None:
     # Rename the name-referenced netdev away: the declared name now names nothing (as
     # after a typo), so the working link is kept and rdmad says why; renamed back, the
     # link is where the declaration says again, never deleted or re-added.
-    g.check("ip link set labrn0 name labrn9")
+    g.check("ip link set labrn0 down && ip link set labrn0 name labrn9")
     g.wait_for(
         "systemctl show -p StatusText --value rdmad.service | grep -q 'the working link is kept'",
         timeout=EVENT_DEADLINE,
     )
     assert g.run(link_on("rxn", "labrn9")).rc == 0
-    g.check("ip link set labrn9 name labrn0")
+    g.check("ip link set labrn9 name labrn0 && ip link set labrn0 up")
     g.wait_for("systemctl show -p StatusText --value rdmad.service | grep -q '2 converged'", 60)
     wait_link(g, "rxn", "labrn0")
     assert [h for h in rxe_entries(g, "rxn") if "-> unset" in h["what"]] == []

@@ -191,7 +191,7 @@ step_modules() {
 
 step_configure() {
     log "configuring the guest (units, root login on ttyS0, machine-id)"
-    in_chroot systemctl enable rdmad-lab-boot-done.service >/dev/null 2>&1
+    in_chroot systemctl enable rdmad-lab-boot-done.service rdmad-lab-nic.service >/dev/null 2>&1
     # Nothing in a lab boot needs these; they only cost TCG time.
     in_chroot systemctl mask e2scrub_all.timer e2scrub_reap.service getty-static.service \
         apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
