@@ -14,8 +14,8 @@ checked by a pass that follows:
   it ran folded in. None from it: the runner reads everything.
 
 The runner calls it at four points (``reflexes_answered`` before the pass, ``react``
-first in it, ``observe``, ``arm`` last in a pass at rest) and knows nothing of its state:
-a host with neither protocol leaves a pass observe -> plan -> apply.
+first in it, ``observe``, ``arm`` last in a pass at rest) and knows nothing of its state.
+The whole order of a pass is told in ``agent.runner``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,50 @@
-"""One reconcile pass: (reaction ->) observe -> plan -> apply -> bookkeeping -> status.
+"""One reconcile pass, and the whole order of one, told here once.
 
-A pass that ends at rest arms the reactions its plan implies (``reconcile.reactions``):
-the next pass, if its events are the ones awaited, applies them before it observes,
-and is their check.
+Follow one ``Batch`` (``rdmad.triggers``) from the event to the next pass:
 
-A failure anywhere in it (observe raises, plan() has a bug) is reported, retried
-with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1.
+0. Before the pass. An event reader, a timer (``agent.timers``), a signal or the API
+   puts a ``Trigger``: ``TriggerQueue.put`` drops address changes nobody watches and
+   udevd's echoes of link news already heard, and makes a new netdev nobody awaits lag
+   behind the one awaited. If the last pass armed a reflex for this event (step 9),
+   the event reader has already sent its rxe add as it read the event, before the
+   trigger was put (kernel.reflex, asked first through ``FastPath._gate``).
+1. Schedule (``agent.loop``): ``Agent.run`` waits on the queue (leading edge, or the
+   settle window of ``Agent._settle``), ``queue.take()`` makes the batch and hands it
+   to ``PassRunner.run``: RELOADING=1 for a reload, then ``FastPath.reflexes_answered``
+   waits for the outcome of every add a reflex sent.
+2. ``PassRunner._run``: the config read again (reload), a peermem hold forgotten
+   (a module event).
+3. React (``FastPath.react``): the reactions the last pass armed are disarmed (the
+   queue's awaited netdevs, the host's reflexes); those this batch makes due, and every
+   add a reflex already sent, go through ``Applier.apply_all`` on the last pass's
+   observation. Link news that comes meanwhile may be taken into the batch first.
+4. Observe: narrow (``FastPath.observe``: the host's ``observe_changed`` on the
+   batch's link news, then up to MAX_NEWS_FOLDS folds of news that came meanwhile) or,
+   when it cannot, full (``Host.observe``; the drift timer counts from it). This
+   observation is the check of what step 3 applied. Then vanished rxe claims are
+   forgotten, pauses told (``agent.pauses``), the end of a pause armed.
+5. Plan: ``planner`` (``reconcile.plan``, pure), then ``Reporter.publish_plan``. A
+   plan-only batch (the API's /v1/plan) ends here: nothing applied, nothing disarmed.
+6. Re-check and apply, per action and in plan order (``Applier.apply_all``): held if
+   an event pending since the observation makes it stale, or by backoff or a module
+   settling; then ``Host.apply``, which re-reads the kernel right before each
+   destructive write (kernel.recheck) and answers stale if it changed. There is no
+   re-check step of its own between plan and apply. What step 3 did is added in.
+7. Bookkeeping: objects recovered and expectations met (``_update_objects``), a look
+   again at GIDs (``_look_again``), the pass recorded, a follow-up trigger when the
+   kernel changed (``_follow_up``), retry and expectation timers.
+8. Report (``agent.reporting``): the triggers answered (``batch.through``), status
+   published, the state file saved, READY=1 at the first rest, STATUS=.
+9. Arm, only at rest (nothing changed, nothing stale, no expectation) and not in a dry
+   run: ``FastPath.arm`` plans ahead (``reconcile.reactions.anticipate``) what the
+   awaited events will call for and arms it (step 0 and step 3 of the next pass).
+10. READY=1 answers a reload, whatever the pass did (once ready); then the loop's
+    ``Agent._settle`` decides when the next batch is taken.
+
+Observing failing or plan() raising ends the pass at ``_failed``: reported, retried
+with backoff, never ending the loop; nothing is armed. The fast path (steps 0, 1's
+wait, 3, the narrow side of 4 and 9) is one object, ``agent.fastpath.FastPath``: this
+module reads react -> observe -> plan -> apply -> bookkeeping -> report -> arm.
 """
 
 from __future__ import annotations
@@ -79,14 +118,15 @@ class PassRunner:
         started = clock.monotonic()
         cause = self._cause(batch)
         first = not shared.passes
+        # The steps are those of the module's docstring.
         if batch.reload:
             self.reload_config(initial=False)
         if batch.driver:
             self.memory.forget_peermem_hold()  # a module came or went: worth one more try
-        reacted = await self.fast.react(batch)
+        reacted = await self.fast.react(batch)  # 3. react
         if reacted is not None:
             cause = self._cause(batch)  # it may have taken in news that came meanwhile
-        self.observing_since = started
+        self.observing_since = started  # 4. observe
         try:
             observed, narrow = await self._observe(batch, first)
         except Exception as exc:
@@ -102,7 +142,7 @@ class PassRunner:
         if not batch.plan_only:
             timers.arm_pause_end(observed.pause.until if observed.pause else None)
 
-        try:
+        try:  # 5. plan
             actions = self.planner(memory.desired, observed, memory.plan_state())
         except Exception as exc:  # a bug in plan(): report it, keep the loop alive
             log.exception("plan.crashed")
@@ -115,6 +155,7 @@ class PassRunner:
             return clock.monotonic()  # asked for the plan only (the API): apply nothing
         reporter.log_notes(objects, actions)
 
+        # 6. re-check and apply
         done = await self.applier.apply_all(actions, cause, observed, frozenset(batch.touched))
         if reacted is not None:
             done = Applied(
@@ -122,7 +163,7 @@ class PassRunner:
                 done.changed or reacted.changed,
                 done.aborted or reacted.aborted,
             )
-        now = clock.monotonic()
+        now = clock.monotonic()  # 7. bookkeeping
         self._update_objects(objects, actions)
         self._look_again(actions, batch)
         seconds = now - started
@@ -146,6 +187,7 @@ class PassRunner:
         timers.arm_retry()
         timers.arm_expectations()
 
+        # 8. report
         resting = not done.changed and not done.aborted and not timers.expecting(now)
         reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
@@ -154,7 +196,7 @@ class PassRunner:
         if not reporter.ready and resting:
             self.set_ready("first reconcile done")
         reporter.notify_status()
-        if resting and not shared.options.dry_run:
+        if resting and not shared.options.dry_run:  # 9. arm
             # Off the event path: the pass has answered. Planned on this observation,
             # which is the node now, as far as events tell (the next batch says the rest).
             self.fast.arm(self.planner, observed, actions)
