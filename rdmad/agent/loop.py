@@ -10,9 +10,10 @@
 * One writer: only the pass runner applies. Everything else (signals, event
   sources, timers, the API) only puts a ``Trigger`` on the queue. What a pass at
   rest planned ahead for an awaited event (``reconcile.reactions``) is applied by the
-  runner too, first thing in the pass that event starts.
+  runner too, first thing in the pass that event starts (``fastpath``).
 
-The parts: ``runner`` (the pass), ``applying`` (one plan, with backoff and
+The parts: ``runner`` (the pass, and the order of one told in full), ``fastpath``
+(reactions, reflexes, narrow observations), ``applying`` (one plan, with backoff and
 staleness), ``reporting`` (status, history, READY/STATUS), ``memory`` (config and
 state file), ``timers`` (drift, retry, expectations, start-up, watchdog),
 ``protocols`` (what the agent needs from outside, declared once).

@@ -1,30 +1,66 @@
-"""One reconcile pass: (reaction ->) observe -> plan -> apply -> bookkeeping -> status.
+"""One reconcile pass, and the whole order of one, told here once.
 
-A pass that ends at rest arms the reactions its plan implies (``reconcile.reactions``):
-the next pass, if its events are the ones awaited, applies them before it observes,
-and is their check.
+Follow one ``Batch`` (``rdmad.triggers``) from the event to the next pass:
 
-A failure anywhere in it (observe raises, plan() has a bug) is reported, retried
-with backoff, and never ends the loop. RELOADING=1 is always answered by READY=1.
+0. Before the pass. An event reader, a timer (``agent.timers``), a signal or the API
+   puts a ``Trigger``: ``TriggerQueue.put`` drops address changes nobody watches and
+   udevd's echoes of link news already heard, and makes a new netdev nobody awaits lag
+   behind the one awaited. If the last pass armed a reflex for this event (step 9),
+   the event reader has already sent its rxe add as it read the event, before the
+   trigger was put (kernel.reflex, asked first through ``FastPath._gate``).
+1. Schedule (``agent.loop``): ``Agent.run`` waits on the queue (leading edge, or the
+   settle window of ``Agent._settle``), ``queue.take()`` makes the batch and hands it
+   to ``PassRunner.run``: RELOADING=1 for a reload, then ``FastPath.reflexes_answered``
+   waits for the outcome of every add a reflex sent.
+2. ``PassRunner._run``: the config read again (reload), a peermem hold forgotten
+   (a module event).
+3. React (``FastPath.react``): the reactions the last pass armed are disarmed (the
+   queue's awaited netdevs, the host's reflexes); those this batch makes due, and every
+   add a reflex already sent, go through ``Applier.apply_all`` on the last pass's
+   observation. Link news that comes meanwhile may be taken into the batch first.
+4. Observe: narrow (``FastPath.observe``: the host's ``observe_changed`` on the
+   batch's link news, then up to MAX_NEWS_FOLDS folds of news that came meanwhile) or,
+   when it cannot, full (``Host.observe``; the drift timer counts from it). This
+   observation is the check of what step 3 applied. Then vanished rxe claims are
+   forgotten, pauses told (``agent.pauses``), the end of a pause armed.
+5. Plan: ``planner`` (``reconcile.plan``, pure), then ``Reporter.publish_plan``. A
+   plan-only batch (the API's /v1/plan) ends here: nothing applied, nothing disarmed.
+6. Re-check and apply, per action and in plan order (``Applier.apply_all``): held if
+   an event pending since the observation makes it stale, or by backoff or a module
+   settling; then ``Host.apply``, which re-reads the kernel right before each
+   destructive write (kernel.recheck) and answers stale if it changed. There is no
+   re-check step of its own between plan and apply. What step 3 did is added in.
+7. Bookkeeping: objects recovered and expectations met (``_update_objects``), a look
+   again at GIDs (``_look_again``), the pass recorded, a follow-up trigger when the
+   kernel changed (``_follow_up``), retry and expectation timers.
+8. Report (``agent.reporting``): the triggers answered (``batch.through``), status
+   published, the state file saved, READY=1 at the first rest, STATUS=.
+9. Arm, only at rest (nothing changed, nothing stale, no expectation) and not in a dry
+   run: ``FastPath.arm`` plans ahead (``reconcile.reactions.anticipate``) what the
+   awaited events will call for and arms it (step 0 and step 3 of the next pass).
+10. READY=1 answers a reload, whatever the pass did (once ready); then the loop's
+    ``Agent._settle`` decides when the next batch is taken.
+
+Observing failing or plan() raising ends the pass at ``_failed``: reported, retried
+with backoff, never ending the loop; nothing is armed. The fast path (steps 0, 1's
+wait, 3, the narrow side of 4 and 9) is one object, ``agent.fastpath.FastPath``: this
+module reads react -> observe -> plan -> apply -> bookkeeping -> report -> arm.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping
-
 import structlog
 
-from rdmad.agent.applying import Applied, Applier, made_stale
+from rdmad.agent.applying import Applied, Applier
+from rdmad.agent.fastpath import FastPath
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import PassInfo, Shared
 from rdmad.agent.pauses import PauseHistory
-from rdmad.agent.protocols import Host, NarrowObserver, Planner, Reflexive
+from rdmad.agent.protocols import Host, Planner
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
     Action,
-    AddRxe,
     BindVfDriver,
     LoadModule,
     NotServing,
@@ -33,20 +69,10 @@ from rdmad.model import (
     Waiting,
 )
 from rdmad.reconcile import declared_objects
-from rdmad.reconcile.reactions import NONE, Reactions, anticipate
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Batch, Trigger
 
 log = structlog.get_logger("rdmad.agent")
-
-# A narrow pass takes in link news that came while it observed, this many times at most,
-# giving the event sources SOURCE_TURNS loop turns each time to read their sockets.
-MAX_NEWS_FOLDS = 3
-SOURCE_TURNS = 3
-# Added to the cause of what a reaction applied (history, status): why it was so quick.
-PLANNED_AHEAD = " (planned ahead)"
-# ...and sent by the event reader itself (kernel.reflex), before the pass began.
-SENT_ON_EVENT = " (planned ahead, sent as the event was read)"
 
 
 class PassRunner:
@@ -68,15 +94,10 @@ class PassRunner:
         self.timers = timers
         self.applier = Applier(shared, host, memory, reporter, timers)
         self.observing_since: float | None = None
+        self.fast = FastPath(
+            shared, host=host, memory=memory, applier=self.applier, cause=self._cause
+        )
         self._followups = 0
-        self.narrow_passes = 0  # passes that read only what link events changed
-        self.reactions_applied = 0  # passes that began with a reaction
-        self._reactions: Reactions = NONE  # armed by the last pass that ended at rest
-        self._reactions_on: Observed | None = None  # what they were planned on
-        # Checked once: a runtime protocol check costs about what a narrow pass's plan does.
-        self._narrow_host = host if isinstance(host, NarrowObserver) else None
-        self._reflexive = host if isinstance(host, Reflexive) else None
-        self._reflex_sent: set[str] = set()  # rxe links a reflex sent since it was armed
         self._pauses: PauseHistory | None = None  # made from the history the state kept
 
     async def run(self, batch: Batch) -> float:
@@ -84,11 +105,7 @@ class PassRunner:
         if batch.reload:
             usec = int(self.shared.clock.monotonic() * 1e6)
             self.reporter.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
-        if self._reflexive is not None and self._reflex_sent:
-            # An add the event reader sent may be sent again while the kernel releases
-            # the old device's name: its timers need the loop more than this pass does,
-            # which would only wait for it in apply().
-            await self._reflexive.reflexes_answered()
+        await self.fast.reflexes_answered()
         try:
             return await self._run(batch)
         finally:
@@ -101,14 +118,15 @@ class PassRunner:
         started = clock.monotonic()
         cause = self._cause(batch)
         first = not shared.passes
+        # The steps are those of the module's docstring.
         if batch.reload:
             self.reload_config(initial=False)
         if batch.driver:
             self.memory.forget_peermem_hold()  # a module came or went: worth one more try
-        reacted = await self._react(batch)
+        reacted = await self.fast.react(batch)  # 3. react
         if reacted is not None:
             cause = self._cause(batch)  # it may have taken in news that came meanwhile
-        self.observing_since = started
+        self.observing_since = started  # 4. observe
         try:
             observed, narrow = await self._observe(batch, first)
         except Exception as exc:
@@ -124,7 +142,7 @@ class PassRunner:
         if not batch.plan_only:
             timers.arm_pause_end(observed.pause.until if observed.pause else None)
 
-        try:
+        try:  # 5. plan
             actions = self.planner(memory.desired, observed, memory.plan_state())
         except Exception as exc:  # a bug in plan(): report it, keep the loop alive
             log.exception("plan.crashed")
@@ -137,6 +155,7 @@ class PassRunner:
             return clock.monotonic()  # asked for the plan only (the API): apply nothing
         reporter.log_notes(objects, actions)
 
+        # 6. re-check and apply
         done = await self.applier.apply_all(actions, cause, observed, frozenset(batch.touched))
         if reacted is not None:
             done = Applied(
@@ -144,7 +163,7 @@ class PassRunner:
                 done.changed or reacted.changed,
                 done.aborted or reacted.aborted,
             )
-        now = clock.monotonic()
+        now = clock.monotonic()  # 7. bookkeeping
         self._update_objects(objects, actions)
         self._look_again(actions, batch)
         seconds = now - started
@@ -168,6 +187,7 @@ class PassRunner:
         timers.arm_retry()
         timers.arm_expectations()
 
+        # 8. report
         resting = not done.changed and not done.aborted and not timers.expecting(now)
         reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
@@ -176,157 +196,20 @@ class PassRunner:
         if not reporter.ready and resting:
             self.set_ready("first reconcile done")
         reporter.notify_status()
-        if resting and not shared.options.dry_run:
+        if resting and not shared.options.dry_run:  # 9. arm
             # Off the event path: the pass has answered. Planned on this observation,
             # which is the node now, as far as events tell (the next batch says the rest).
-            self._arm(observed, actions)
+            self.fast.arm(self.planner, observed, actions)
         return clock.monotonic()
 
-    def _arm(self, observed: Observed, actions: list[Action]) -> None:
-        try:
-            reactions = anticipate(
-                self.memory.desired, observed, self.memory.plan_state(), self.planner, actions
-            )
-        except Exception:  # a bug in plan(): its own pass reports those; nothing armed
-            log.exception("reactions.crashed")
-            return
-        self._set_reactions(reactions, observed)
-
-    def _set_reactions(self, reactions: Reactions, on: Observed | None) -> None:
-        self._reactions, self._reactions_on = reactions, on
-        # A new netdev other than these waits a little for them (TriggerQueue.put).
-        self.shared.queue.awaited_netdevs = frozenset(reactions.on_netdev)
-        host = self._reflexive
-        if host is None:
-            return
-        if reactions and not self.shared.options.dry_run:
-            # The event readers send these adds themselves, before this loop hears of
-            # the event; the pass it starts collects the outcome (Reflexive).
-            self._reflex_sent.clear()
-            host.arm_reflexes(
-                _adds(reactions.on_netdev), _adds(reactions.on_rdma_removed), self._reflex_gate
-            )
-        else:
-            host.disarm_reflexes()
-
-    def _reflex_gate(self, action: AddRxe) -> bool:
-        """Right before a reflex sends ``action``: only if the reaction would still be
-        applied (nothing pending that disarms it or makes it stale), with its claim
-        written first (Applier._claim_before_create)."""
-        if self.applier.stopping:
-            return False
-        pending = self.shared.queue.pending
-        if pending is not None and (
-            pending.rdma_other or not pending.may_react or made_stale(pending, action)
-        ):
-            return False
-        self.memory.claim_rxe(action.name)
-        self._reflex_sent.add(action.name)
-        return True
-
-    async def _react(self, batch: Batch) -> Applied | None:
-        """Apply what the last pass planned ahead for this batch's events; None: nothing.
-
-        The reactions hold only for the node the last pass saw, changed by nothing but
-        this batch's events: a batch with anything else in it (a lost event, a reload, a
-        driver, an RDMA device that came) disarms them, and an action whose names the
-        batch renamed or removed is left to the pass. The pass that follows observes
-        the RDMA links again and is the reaction's check.
-
-        An add an event reader already sent (Reflexive) is applied here whatever the
-        batch holds: the kernel has it (or refused it), and only apply() records it;
-        its own device's `add` uevent, read before this pass began, is in the batch.
-        """
-        if batch.plan_only:
-            return None  # the API's plan: it applies nothing, and leaves them armed
-        reactions, on = self._reactions, self._reactions_on
-        self._set_reactions(NONE, None)
-        if not reactions or on is None:
-            return None
-        sent = [a for a in _adds_of(reactions) if a.name in self._reflex_sent]
-        due: list[Action] = []
-        if not batch.rdma_other and batch.may_react:
-            due = self._due(reactions, batch)
-            if not due and not sent and reactions.on_netdev and batch.news_only:
-                # A veth pair's peer is announced first: the netdev awaited may be next.
-                more = await self._more_news()
-                if more is not None:
-                    batch.absorb(more)
-                    if not batch.rdma_other and batch.may_react:
-                        due = self._due(reactions, batch)
-        due += [a for a in sent if a not in due]
-        if not due:
-            return None
-        self.reactions_applied += 1
-        log.debug("reconcile.reaction", actions=[a.describe() for a in due])
-        cause = f"{self._cause(batch)}{SENT_ON_EVENT if sent else PLANNED_AHEAD}"
-        done = await self.applier.apply_all(due, cause, on, frozenset(batch.touched))
-        batch.rdma = True  # the pass reads the RDMA links the reaction changed
-        return done
-
-    @staticmethod
-    def _due(reactions: Reactions, batch: Batch) -> list[Action]:
-        """The reactions this batch's events make due, less those it made stale (an
-        RDMA device's own removal is what its reaction waits for: not stale for it)."""
-        out = []
-        for action in reactions.due(sorted(batch.added), sorted(batch.removed_rdma)):
-            if not made_stale(batch, action) and action not in out:
-                out.append(action)
-        return out
-
-    async def _more_news(self) -> Batch | None:
-        """Link news the event sources put within SOURCE_TURNS loop turns, taken."""
-        queue = self.shared.queue
-        for _turn in range(SOURCE_TURNS):
-            await asyncio.sleep(0)  # a reader callback, then the source's task
-        more = queue.pending
-        if more is None or not more.news_only:
-            return None  # nothing, or something to read (e.g. RDMA devices): a pass
-        return queue.take()
-
     async def _observe(self, batch: Batch, first: bool) -> tuple[Observed, bool]:
-        """Everything, or after link events only what they can have changed (then True).
-
-        The narrow read is the event path's: an rxe link whose netdev just appeared
-        is added from the link event's own news (at most one netlink dump), not a walk of
-        sysfs and /proc. Any pass that changed the kernel is followed by a full one,
-        which verifies it.
-        """
-        host = self.host
-        narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
-        if narrow and self._narrow_host is not None:
-            observed = await self._narrow_host.observe_changed(batch.rdma, batch.link_news())
-            if observed is not None:
-                observed = await self._fold_news(batch, observed)
-            if observed is not None:
-                self.narrow_passes += 1
-                return observed, True
+        """Narrow when the fast path can (then True), else everything."""
+        observed = await self.fast.observe(batch, first)
+        if observed is not None:
+            return observed, True
         if not batch.plan_only:
             self.timers.arm_drift()  # a full observation: drift counts from here
-        return await host.observe(), False
-
-    async def _fold_news(self, batch: Batch, observed: Observed) -> Observed | None:
-        """Link news that came while a narrow observation ran, taken into it.
-
-        A veth pair, or a netdev and its VLAN, are announced one after the other; a
-        pass started by the first would plan without the second, and its news could be
-        read only when the pass ends (the loop is busy until then). So the event sources
-        get a few loop turns, and news they put meanwhile is read into this pass (the
-        batch absorbs it: this pass answers those triggers). None: observe() instead.
-        """
-        assert self._narrow_host is not None
-        if batch.plan_only or not batch.links:
-            return observed  # not started by link news: nothing is announced in pairs
-        for _ in range(MAX_NEWS_FOLDS):
-            taken = await self._more_news()
-            if taken is None:
-                return observed
-            batch.absorb(taken)
-            folded = await self._narrow_host.observe_changed(taken.rdma, taken.link_news())
-            if folded is None:
-                return None
-            observed = folded
-        return observed
+        return await self.host.observe(), False
 
     def reload_config(self, initial: bool) -> None:
         if self.memory.reload_config(initial):
@@ -447,22 +330,3 @@ class PassRunner:
         if observing is not None and now - observing > o.action_budget:
             return False, f"observe running for {now - observing:.0f} s"
         return True, ""
-
-
-def _adds_of(reactions: Reactions) -> list[AddRxe]:
-    """Every rxe add the reactions hold, once."""
-    out: list[AddRxe] = []
-    for by_event in (reactions.on_netdev, reactions.on_rdma_removed):
-        for adds in _adds(by_event).values():
-            out += [a for a in adds if a not in out]
-    return out
-
-
-def _adds(by_event: Mapping[str, tuple[Action, ...]]) -> dict[str, list[AddRxe]]:
-    """The rxe adds of reactions, by the name whose event makes them due."""
-    out: dict[str, list[AddRxe]] = {}
-    for name, actions in by_event.items():
-        adds = [a for a in actions if isinstance(a, AddRxe)]
-        if adds:
-            out[name] = adds
-    return out

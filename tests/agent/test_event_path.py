@@ -58,7 +58,7 @@ async def test_link_event_alone_is_answered_by_a_narrow_observation(rig: RigFact
     r.agent.queue.put(_narrow("netlink", "add eth9"))
     await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
     assert host.narrow == 1 and host.observes == full + 1  # observe_changed counts too
-    assert r.agent.runner.narrow_passes == 1
+    assert r.agent.runner.fast.narrow_passes == 1
     await r.idle()
     # The pass that changed the kernel is verified by a full observation.
     assert host.observes >= full + 2 and host.narrow == 1
@@ -115,7 +115,7 @@ async def test_narrow_refused_falls_back_to_a_full_observation(rig: RigFactory) 
     host.netdevs.append("eth9")
     r.agent.queue.put(_narrow("netlink", "add eth9"))
     await until(lambda: any(isinstance(a, AddRxe) for a in host.applied), "rxe added")
-    assert host.narrow == 0 and r.agent.runner.narrow_passes == 0
+    assert host.narrow == 0 and r.agent.runner.fast.narrow_passes == 0
     await r.stop()
 
 

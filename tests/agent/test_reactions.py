@@ -70,7 +70,7 @@ async def test_the_netdev_awaited_gets_its_link_before_the_pass_observes(rig: Ri
     # verified with a full observation and planned nothing more.
     assert host.steps[:2] == [ADD, "read rdma"]
     assert [a for a in host.applied if isinstance(a, AddRxe)] == [host.applied[0]]
-    assert r.agent.runner.reactions_applied == 1
+    assert r.agent.runner.fast.reactions_applied == 1
     assert host.links == {"rxe0": "eth9"}
     assert r.agent.state.managed_rxe == {"rxe0"}
     [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
@@ -95,7 +95,7 @@ async def test_a_peer_announced_first_waits_for_the_netdev_awaited(rig: RigFacto
     assert pending is not None and pending.lagging and len(r.agent.passes) == passes
     r.agent.queue.put(netdev_added("eth9", 9))
     await until(lambda: ADD in host.steps, "rxe added")
-    assert host.steps[0] == ADD and r.agent.runner.reactions_applied == 1
+    assert host.steps[0] == ADD and r.agent.runner.fast.reactions_applied == 1
     await until(lambda: len(r.agent.passes) > passes, "the pass recorded")
     assert r.agent.passes[passes].triggers == 2
     await r.stop()
@@ -112,7 +112,7 @@ async def test_a_new_netdev_nothing_awaits_gets_its_pass_after_lag(rig: RigFacto
     assert len(r.agent.passes) == passes
     await r.advance(LAG)
     await until(lambda: len(r.agent.passes) > passes, "the pass for peer9")
-    assert r.agent.runner.reactions_applied == 0 and host.links == {}
+    assert r.agent.runner.fast.reactions_applied == 0 and host.links == {}
     # Nothing awaited (the link is there): a new netdev starts its pass at once.
     host.netdevs.append("eth9")
     r.agent.queue.put(netdev_added("eth9", 9))
@@ -134,7 +134,7 @@ async def test_a_removed_link_is_added_again_on_the_kernels_own_removal(rig: Rig
     del host.links["rxe0"]
     r.agent.queue.put(rdma_removed("rxe0"))
     await until(lambda: ADD in host.steps, "rxe added again")
-    assert host.steps[0] == ADD and r.agent.runner.reactions_applied == 1
+    assert host.steps[0] == ADD and r.agent.runner.fast.reactions_applied == 1
     await r.stop()
 
 
@@ -147,7 +147,7 @@ async def test_udevds_late_copy_of_a_removal_does_not_react(rig: RigFactory) -> 
     host.steps.clear()
     r.agent.queue.put(rdma_removed("rxe0", announced=False))
     await r.idle()
-    assert host.steps == ["read rdma"] and r.agent.runner.reactions_applied == 0
+    assert host.steps == ["read rdma"] and r.agent.runner.fast.reactions_applied == 0
     assert host.links == {"rxe0": "eth9"}
     await r.stop()
 
@@ -163,7 +163,7 @@ async def test_anything_else_in_the_batch_leaves_it_to_the_pass(rig: RigFactory)
         Trigger("udev", "add infiniband rxe5", narrow=True, rdma=True, announced=True)
     )
     await until(lambda: ADD in host.steps, "rxe added by the pass")
-    assert host.steps[0] == "read rdma" and r.agent.runner.reactions_applied == 0
+    assert host.steps[0] == "read rdma" and r.agent.runner.fast.reactions_applied == 0
     await r.idle()
     # eth9 renamed away in the same batch as its arrival: the name is not to be trusted.
     del host.links["rxe0"]
@@ -182,7 +182,7 @@ async def test_anything_else_in_the_batch_leaves_it_to_the_pass(rig: RigFactory)
         )
     )
     await r.idle()
-    assert ADD not in host.steps[:1] and r.agent.runner.reactions_applied == 0
+    assert ADD not in host.steps[:1] and r.agent.runner.fast.reactions_applied == 0
     await r.stop()
 
 
@@ -194,5 +194,5 @@ async def test_a_dry_run_plans_and_reports_but_never_reacts(rig: RigFactory) -> 
     host.netdevs.append("eth9")
     r.agent.queue.put(netdev_added("eth9", 9))
     await r.idle()
-    assert r.agent.runner.reactions_applied == 0 and host.steps[0] == "read"
+    assert r.agent.runner.fast.reactions_applied == 0 and host.steps[0] == "read"
     await r.stop()

@@ -61,7 +61,7 @@ class ReflexHost(OrderHost):
 
 
 def test_reflexes_are_armed_on_the_real_host_and_never_in_a_dry_run() -> None:
-    """The agent arms reflexes on a host that fits Reflexive (runner.py). The daemon's
+    """The agent arms reflexes on a host that fits Reflexive (fastpath.py). The daemon's
     real host must (event readers put rxe links back before a pass); its dry-run host
     must not (its readers would make real links); and this fake stands for the real
     one: the same methods, parameters and awaitables as the protocol."""
