@@ -41,7 +41,8 @@ from rdmad.model import (
     VfStatus,
     Waiting,
 )
-from rdmad.peermem import dmabuf_finding, modprobe_name, preflight
+from rdmad.peermem.findings import dmabuf_finding, preflight
+from rdmad.peermem.names import modprobe_name
 from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
 from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.rxe import find_netdev
