@@ -57,8 +57,9 @@ PLAIN = Style(False)
 def printable(doc: Any) -> Any:
     """A copy of a document (or any JSON value) with every string, keys too, made safe
     for a terminal (``rdmad.text.safe``): names, holders' ``comm``, reasons and errors
-    come from others. Every text entry point below starts with it; ``--json`` prints
-    the document as it came (JSON escapes control characters itself)."""
+    come from others. Every document's text entry point (the modules beside this one)
+    starts with it; ``--json`` prints the document as it came (JSON escapes control
+    characters itself)."""
     if isinstance(doc, str):
         return safe(doc)
     if isinstance(doc, dict):
