@@ -190,7 +190,8 @@ def _print_daemon_plan(as_json: bool) -> bool:
     """Print the running daemon's plan; False when there is none to print (the daemon
     is not running, or did not answer: then say why and plan here)."""
     from rdmad.ctl.client import DEFAULT_SOCKET, Client, CtlError, NotRunning
-    from rdmad.ctl.render import clock, plan_body
+    from rdmad.ctl.render.formats import clock
+    from rdmad.ctl.render.plan import plan_body
 
     sock = os.environ.get("RDMAD_SOCKET")
     if not sock:
@@ -310,7 +311,7 @@ def _print_plan(
         print(f"  note: {safe(note)}")
     print()
     # The same layout as the daemon's plan (rdmad-ctl plan), from one place.
-    from rdmad.ctl.render import plan_body
+    from rdmad.ctl.render.plan import plan_body
 
     rows = [(s.obj, s.state.value, s.message) for s in statuses]
     described = [

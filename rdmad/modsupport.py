@@ -11,20 +11,15 @@ different fix, so each is named as it is:
 
 Pure and standard-library only: the daemon (``rdmad.kernel.modules``, through ``Sysfs``)
 and ``rdmad-ctl doctor`` (through its read-only root) read the same files with the same
-code (``rdmad.peermem.Reader``) and say the same words. Nothing here opens a file.
+code (``rdmad.peermem.facts.Reader``) and say the same words. Nothing here opens a file.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from rdmad.peermem import (
-    MODULES_DISABLED,
-    NO_MODULE_SUPPORT,
-    Reader,
-    canonical,
-    parse_modules_dep,
-)
+from rdmad.peermem.facts import Reader, parse_modules_dep
+from rdmad.peermem.names import MODULES_DISABLED, NO_MODULE_SUPPORT, canonical
 
 Support = Literal["loadable", "disabled", "none"]
 Availability = Literal["loaded", "builtin", "installed", "missing", "unknown"]

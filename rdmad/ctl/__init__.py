@@ -7,7 +7,7 @@ daemon's stack (an import-linter contract and tests/ctl hold this).
     args.py      the command line and its help
     client.py    HTTP over the UNIX socket; failures as CtlError with an exit code
     commands.py  one function per command
-    render.py    tables and lines from the API's documents
+    render/      tables and lines from the API's documents, one module per document
     offline.py   the saved state file, for when the daemon is down
     exits.py     the exit codes
 """

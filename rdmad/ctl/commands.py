@@ -13,8 +13,14 @@ import os
 import sys
 import time
 
-from rdmad.ctl import exits, offline, render
+from rdmad.ctl import exits, offline
 from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed
+from rdmad.ctl.render.config import config_lines
+from rdmad.ctl.render.formats import Style, printable, table, write_lines
+from rdmad.ctl.render.history import event_line, history_rows
+from rdmad.ctl.render.plan import plan_lines
+from rdmad.ctl.render.saved import offline_lines
+from rdmad.ctl.render.status import status_lines, trigger_lines
 from rdmad.text import safe
 
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
@@ -42,7 +48,7 @@ class Ctx:
         self.out = out
         self.err = err
         self.now = now
-        self.style = render.Style(colour)
+        self.style = Style(colour)
         self.width = width
         self.boot_id = boot_id
 
@@ -60,7 +66,7 @@ class Ctx:
         return cls(sys.stdout, sys.stderr, colour=colour, width=width if width else None)
 
     def print(self, lines: Iterable[str]) -> None:
-        render.write_lines(lines, self.out.write)
+        write_lines(lines, self.out.write)
 
     def json(self, doc: Any) -> None:
         json.dump(doc, self.out, indent=2)
@@ -82,7 +88,7 @@ def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     if args.json:
         ctx.json(doc)
     else:
-        ctx.print(render.status_lines(doc, ctx.now(), args.verbose, ctx.style, ctx.width))
+        ctx.print(status_lines(doc, ctx.now(), args.verbose, ctx.style, ctx.width))
     return exits.OK if doc["converged"] is True else exits.FAIL
 
 
@@ -92,7 +98,7 @@ def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
     if args.json:
         ctx.json({"running": False, "socket": args.socket, "error": str(exc), "state": state})
     else:
-        ctx.print(render.offline_lines(state, ctx.now()))
+        ctx.print(offline_lines(state, ctx.now()))
     return exits.NOT_RUNNING
 
 
@@ -102,7 +108,7 @@ def plan(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     if args.json:
         ctx.json(doc)
     else:
-        ctx.print(render.plan_lines(doc, ctx.now(), f"asked on {args.socket}"))
+        ctx.print(plan_lines(doc, ctx.now(), f"asked on {args.socket}"))
     return exits.OK
 
 
@@ -162,7 +168,7 @@ def _print_history(ctx: Ctx, entries: list[dict[str, Any]]) -> None:
     if not entries:
         ctx.print(["No history entries match."])
         return
-    ctx.print(render.table(render.history_rows(entries), ctx.style, state_col=1))
+    ctx.print(table(history_rows(entries), ctx.style, state_col=1))
 
 
 def watch(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
@@ -175,7 +181,7 @@ def watch(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                     parsed = data
                 line = json.dumps({"event": event, "data": parsed})
             else:
-                line = render.event_line(event, data, ctx.now(), ctx.style)
+                line = event_line(event, data, ctx.now(), ctx.style)
             ctx.out.write(line + "\n")
             ctx.out.flush()  # a line as it happens, also into a pipe
     except KeyboardInterrupt:
@@ -198,7 +204,7 @@ def _trigger(what: str, args: argparse.Namespace, ctx: Ctx, client: Client) -> i
     if args.json:
         ctx.json(doc)
     else:
-        ctx.print(render.trigger_lines(what, doc, args.wait))
+        ctx.print(trigger_lines(what, doc, args.wait))
     if doc.get("pass") is None:
         return exits.OK if args.wait <= 0 else exits.FAIL
     if what == "reload" and _config_rejected(ctx, client, args.json):
@@ -258,7 +264,7 @@ def config(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     if args.json:
         ctx.json(doc)
     else:
-        ctx.print(render.config_lines(doc))
+        ctx.print(config_lines(doc))
     return exits.OK if doc.get("ok", True) is True and not doc.get("errors") else exits.FAIL
 
 
@@ -288,7 +294,7 @@ def _paused(args: argparse.Namespace, ctx: Ctx, client: Client, doc: Any, what: 
     if args.json:
         ctx.json({**doc, "pause": pause_doc})
     elif pause_doc:
-        ctx.print([f"{what}: {render.printable(pause_doc.get('describe'))}"])
+        ctx.print([f"{what}: {printable(pause_doc.get('describe'))}"])
     else:
         ctx.print([f"{what}: not paused; rdmad restores what was held back"])
     return exits.OK

@@ -17,9 +17,13 @@ import tomllib
 from collections import Counter
 from typing import Any
 
-from rdmad import modsupport, peermem
+from rdmad import modsupport
 from rdmad.doctor.fs import Root
 from rdmad.doctor.report import Check, Report
+from rdmad.peermem.choice import decide
+from rdmad.peermem.facts import gather, kmsg_text
+from rdmad.peermem.findings import log_findings
+from rdmad.peermem.names import CANDIDATES, PEER_API, modprobe_name
 
 MOFED_MIN = (23, 10)  # seed 002: "Mellanox OFED drivers version 23.10 or above"
 MELLANOX = "0x15b3"
@@ -200,7 +204,7 @@ def iommu(fs: Root, log: list[str]) -> Check:
             f"{len(groups)} IOMMU group(s): "
             + ", ".join(f"{n} {t}" for t, n in types.most_common())
         )
-    default = [peermem.kmsg_text(r) for r in log if "Default domain type" in r]
+    default = [kmsg_text(r) for r in log if "Default domain type" in r]
     if default:
         evidence.append(f"kernel: {default[-1].strip()}")
     rdma_types = {}
@@ -281,11 +285,11 @@ def module_loading(fs: Root) -> Check:
 def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
     if mode not in ("auto", "require", "off"):
         mode = "auto"
-    facts = peermem.gather(fs, full=True, kernel_log=log)
-    decision = peermem.decide(mode, facts)  # type: ignore[arg-type]
+    facts = gather(fs, full=True, kernel_log=log)
+    decision = decide(mode, facts)  # type: ignore[arg-type]
     findings = list(decision.findings)
     if decision.verdict not in ("loaded", "off"):
-        for f in peermem.log_findings(facts.kernel_log):
+        for f in log_findings(facts.kernel_log):
             if f.id not in {x.id for x in findings}:
                 findings.append(f)
     evidence = [
@@ -295,7 +299,7 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
         + (", ".join(f"{m.path}" for m in facts.files) or "no nvidia-peermem / nvidia-p2p"),
     ]
     if facts.peer_api is not None:
-        evidence.append(f"ib_core {'exports' if facts.peer_api else 'lacks'} {peermem.PEER_API}")
+        evidence.append(f"ib_core {'exports' if facts.peer_api else 'lacks'} {PEER_API}")
     evidence += [f.evidence for f in findings]
     suggestion = "; ".join(f.suggestion for f in findings if f.severity != "info")
     info = [f for f in findings if f.severity == "info"]
@@ -311,13 +315,13 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
         status, summary = "warn", f"required, but {decision.reason}"
     elif v == "load":
         status = "warn" if not blocking else "fail"
-        summary = f"{peermem.modprobe_name(decision.module or '')} installed, not loaded"
+        summary = f"{modprobe_name(decision.module or '')} installed, not loaded"
         suggestion = (
             suggestion
-            or "rdmad loads it (or: modprobe " + peermem.modprobe_name(decision.module or "") + ")"
+            or "rdmad loads it (or: modprobe " + modprobe_name(decision.module or "") + ")"
         )
     else:
-        name = peermem.modprobe_name(decision.module or peermem.CANDIDATES[0])
+        name = modprobe_name(decision.module or CANDIDATES[0])
         ids = ", ".join(f.id for f in blocking) or "see the kernel log"
         if info and mode != "require":
             status, summary = "info", f"{name} cannot be loaded ({ids}); DMA-BUF works without it"

@@ -4,7 +4,7 @@ what it could not read (permission denied is worth saying; absent files usually 
 The daemon reads through ``rdmad.kernel.sysfs.Sysfs``; the doctor cannot import the
 kernel package (rdmad-ctl must start fast) and needs to tell "absent" from "refused",
 which Sysfs folds together. It offers the same ``read``/``listdir``/``exists``/
-``read_bytes`` that ``rdmad.peermem.Reader`` asks for.
+``read_bytes`` that ``rdmad.peermem.facts.Reader`` asks for.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rdmad.peermem import canonical
+from rdmad.peermem.names import canonical
 
 # --- actions ----------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ import enum
 from dataclasses import KW_ONLY, dataclass, field
 
 from rdmad.modsupport import Support, cannot_load
-from rdmad.peermem import Held, PeermemFacts
+from rdmad.peermem.choice import Held
+from rdmad.peermem.facts import PeermemFacts
 
 # --- observed state (what the kernel shows) --------------------------------------------
 
@@ -243,7 +244,7 @@ class PlanState:
     # the PF's driver changes.
     unsupported: frozenset[UnsupportedKey] = frozenset()
     # A peermem load that failed for a lasting reason: not retried while the facts it
-    # failed on are the same (rdmad.peermem.decide).
+    # failed on are the same (rdmad.peermem.choice.decide).
     peermem_held: Held | None = None
 
 

@@ -1,5 +1,5 @@
 """plan(): the only place policy lives (``sriov.py`` and ``rxe.py`` hold the rules; this
-module puts them together; ``detail.py`` reads a plan back per VF and attribute for
+module puts them together; ``detail/`` reads a plan back per VF and attribute for
 status). Pure: no I/O, no clock, no globals.
 
 Given what is declared, what the kernel shows and what rdmad remembers having

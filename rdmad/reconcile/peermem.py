@@ -1,4 +1,4 @@
-"""GPUDirect peer-memory policy: the plan's side of ``rdmad.peermem.decide``.
+"""GPUDirect peer-memory policy: the plan's side of ``rdmad.peermem.choice.decide``.
 
 ``decide`` says what the node needs; this turns it into the plan's words. Loading is
 the only kernel change, and it happens in one place (``load_peermem``) so that a
@@ -19,7 +19,8 @@ from rdmad.model import (
     PeermemSpec,
     PlanState,
 )
-from rdmad.peermem import GPU_DRIVER, RDMA_CORE, Decision, decide, modprobe_name
+from rdmad.peermem.choice import Decision, decide
+from rdmad.peermem.names import GPU_DRIVER, RDMA_CORE, modprobe_name
 
 OBJ = "peermem"
 

@@ -9,7 +9,7 @@ from structlog.testing import capture_logs
 
 from rdmad.model import Action, Desired, LoadModule, ModulesObserved, Observed
 from rdmad.model.validation import validate
-from rdmad.peermem import ModuleFile, PeermemFacts
+from rdmad.peermem.facts import ModuleFile, PeermemFacts
 from tests.agent.conftest import FakeResult, FakeWrite, RigFactory
 
 PEERMEM = ModuleFile("nvidia_peermem", "updates/dkms/nvidia-peermem.ko", True, False, 100)

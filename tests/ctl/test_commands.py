@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rdmad.ctl import exits
-from rdmad.ctl.render import table
+from rdmad.ctl.render.formats import table
 from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
 
 # --- what status means for scripts ----------------------------------------------------------

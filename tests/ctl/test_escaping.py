@@ -10,7 +10,11 @@ import json
 import pytest
 
 from rdmad.api import documents as docs
-from rdmad.ctl import render
+from rdmad.ctl.render.config import config_lines
+from rdmad.ctl.render.formats import Style
+from rdmad.ctl.render.history import event_line
+from rdmad.ctl.render.saved import offline_lines
+from rdmad.ctl.render.status import status_lines, trigger_lines
 from rdmad.model import AttrStatus, ObjectDetail, ObjectState, VfStatus
 from rdmad.status import HistoryEntry, ObjectReport, StatusSnapshot
 from tests.ctl.conftest import NOW, ApiStub, ctl
@@ -82,7 +86,7 @@ def test_rdmad_ctl_json_keeps_the_exact_string(api: ApiStub) -> None:
 
 
 def test_in_colour_the_only_escapes_are_rdmads_own() -> None:
-    lines = render.status_lines(hostile_status(), NOW, True, render.Style(True))
+    lines = status_lines(hostile_status(), NOW, True, Style(True))
     text = "\n".join(lines)
     assert OUR_SGR.search(text)  # colour is on
     assert raw_controls(OUR_SGR.sub("", text)) == []
@@ -92,15 +96,15 @@ def test_watch_config_and_offline_lines_escape() -> None:
     status_event = json.dumps({"converged": False, "counts": {COMM: 1}, "passes": 1})
     history_event = json.dumps(hostile_history()["entries"][0])  # type: ignore[index]
     lines = [
-        render.event_line("status", status_event, NOW),
-        render.event_line("history", history_event, NOW),
-        render.event_line(COMM, COMM, NOW),  # an event this rdmad-ctl does not know
-        *render.config_lines(
+        event_line("status", status_event, NOW),
+        event_line("history", history_event, NOW),
+        event_line(COMM, COMM, NOW),  # an event this rdmad-ctl does not know
+        *config_lines(
             {"files": [f"/etc/rdmad/rdmad.d/{COMM}.toml"], "errors": [CONFIG_VALUE],
              "values": [{"key": "rxe[0].netdev.name", "value": NETDEV, "file": COMM}]}
         ),
-        *render.trigger_lines("reload", {"pass": 3, "summary": COMM, "converged": True}, 1.0),
-        *render.offline_lines(
+        *trigger_lines("reload", {"pass": 3, "summary": COMM, "converged": True}, 1.0),
+        *offline_lines(
             {"file": "/var/lib/rdmad/state.json", "readable": True, "problem": COMM,
              "written_at": NOW, "managed_rxe": [NETDEV],
              "applied": {NETDEV: {"at": NOW, "what": COMM, "reason": NEWLINE}},

@@ -11,7 +11,7 @@ import pytest
 
 from rdmad import config
 from rdmad.cli import main
-from rdmad.ctl.render import plan_body
+from rdmad.ctl.render.plan import plan_body
 from tests.ctl.conftest import ApiStub, Reply, fixture
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rdmad import config
 from rdmad.config import ConfigInvalid, load
+from rdmad.config.files import MAX_FILE_BYTES, config_files, read_document
 from rdmad.model import DaemonSpec, MetricsSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -321,24 +322,24 @@ def test_dropin_dir_that_is_a_file_or_unlistable(tmp_path: Path) -> None:
 def test_file_removed_between_listing_and_reading(tmp_path: Path) -> None:
     write(tmp_path, "rdmad.toml", GOOD)
     gone = write(tmp_path, "rdmad.d/10-gone.toml", GOOD)
-    files = config.config_files(tmp_path)
+    files = config_files(tmp_path)
     assert gone in files
     gone.unlink()  # what a package upgrade or an editor's rename does under a reload
-    errs = [config.read_document(p)[1] for p in files]
+    errs = [read_document(p)[1] for p in files]
     assert [str(e) for e in errs if e is not None] == [
         f"{gone}: cannot read: no such file or directory (removed, or a dangling symlink)"
     ]
 
 
 def test_file_over_the_size_limit(tmp_path: Path) -> None:
-    big = write(tmp_path, "rdmad.toml", "# padding\n" * (config.MAX_FILE_BYTES // 10 + 1))
-    assert big.stat().st_size > config.MAX_FILE_BYTES
+    big = write(tmp_path, "rdmad.toml", "# padding\n" * (MAX_FILE_BYTES // 10 + 1))
+    assert big.stat().st_size > MAX_FILE_BYTES
     [err] = errors_of(tmp_path)
     assert err == f"{big}: larger than the 1 MiB limit for a config file"
 
 
 def test_file_at_the_size_limit_is_read(tmp_path: Path) -> None:
-    body = GOOD + "#" * (config.MAX_FILE_BYTES - len(GOOD) - 1) + "\n"
+    body = GOOD + "#" * (MAX_FILE_BYTES - len(GOOD) - 1) + "\n"
     write(tmp_path, "rdmad.toml", body)
     assert load(tmp_path).desired.rxe[0].name == "rxe0"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad import cli, modsupport, peermem
+from rdmad import cli, modsupport
 from rdmad.doctor import Root, run_checks
 from rdmad.doctor.checks import module_loading
 from rdmad.doctor.checks import rxe as rxe_check
@@ -28,6 +28,8 @@ from rdmad.model import (
     summarize,
 )
 from rdmad.model.validation import validate
+from rdmad.peermem.facts import gather
+from rdmad.peermem.findings import preflight
 from rdmad.reconcile import declared_objects, plan
 from tests.support.fakesysfs import IGB_PF, RELEASE, FakeSysfs
 
@@ -203,9 +205,9 @@ def test_modsupport_tells_the_three_apart(tmp_path: Path) -> None:
 
 def test_peermem_says_no_module_support_not_modules_disabled(tmp_path: Path) -> None:
     tree(tmp_path, "no-modules")
-    facts = peermem.gather(Root(str(tmp_path)))
+    facts = gather(Root(str(tmp_path)))
     assert facts.module_support is False and facts.loading_disabled is None
     # Neither file exists there: that is the answer, not a read that failed.
     assert not any("modules_disabled" in u or "/proc/modules" in u for u in facts.unread)
-    [finding] = peermem.preflight(facts)
+    [finding] = preflight(facts)
     assert finding.id == "no-module-support" and finding.evidence == modsupport.NO_SUPPORT

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rdmad import peermem
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.peermem import Held, PeermemFacts, decide, diagnose, gather, preflight
+from rdmad.peermem.choice import Held, decide
+from rdmad.peermem.facts import ModuleFile, PeermemFacts, exports, gather
+from rdmad.peermem.findings import diagnose, dmabuf_finding, preflight
 from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, UNSIGNED, gpu_node
 
 P2P_KO = "updates/dkms/nvidia-p2p.ko"
@@ -28,7 +29,7 @@ def test_gathers_a_mofed_gpu_node(tmp_path: Path) -> None:
     f = facts_of(tmp_path, kallsyms=("ib_register_peer_memory_client", "ib_umem_dmabuf_get"))
     assert f.release == RELEASE
     assert {"nvidia", "ib_core", "mlx5_ib"} <= f.loaded
-    assert f.module() == peermem.ModuleFile(
+    assert f.module() == ModuleFile(
         "nvidia_peermem", PEERMEM_KO, signed=True, needs_peer_api=True, size=f.files[0].size
     )
     assert f.peer_api is True and f.dmabuf_symbol is True
@@ -146,11 +147,8 @@ def test_dmabuf_is_offered_with_open_gpu_modules_on_a_new_kernel(tmp_path: Path)
     assert ids == ["module-not-found", "dmabuf-available"]
     assert "without a peer-memory module" in d.findings[1].suggestion
     # The proprietary driver, or an old kernel: not offered.
-    assert peermem.dmabuf_finding(facts_of(tmp_path / "p", nvidia_taint="PO")) is None
-    assert (
-        peermem.dmabuf_finding(facts_of(tmp_path / "o", nvidia_taint="O", release="5.10.0-9"))
-        is None
-    )
+    assert dmabuf_finding(facts_of(tmp_path / "p", nvidia_taint="PO")) is None
+    assert dmabuf_finding(facts_of(tmp_path / "o", nvidia_taint="O", release="5.10.0-9")) is None
 
 
 def test_a_held_failure_holds_while_the_facts_are_the_same(tmp_path: Path) -> None:
@@ -267,9 +265,9 @@ def test_kallsyms_match_is_by_whole_name() -> None:
         b"ffff T __ksymtab_ib_register_peer_memory_client\t[ib_core]\n"
         b"ffff T ib_umem_dmabuf_get_pinned\n"
     )
-    assert not peermem.exports(text, "ib_register_peer_memory_client")
-    assert not peermem.exports(text, "ib_umem_dmabuf_get")
-    assert peermem.exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
+    assert not exports(text, "ib_register_peer_memory_client")
+    assert not exports(text, "ib_umem_dmabuf_get")
+    assert exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
 
 
 @pytest.mark.parametrize("suffix", [".ko.xz", ".ko.gz"])
@@ -280,7 +278,7 @@ def test_compressed_modules_are_read_inside(tmp_path: Path, suffix: str) -> None
     body = b"ib_register_peer_memory_client" + UNSIGNED
     data = lzma.compress(body) if suffix == ".ko.xz" else gzip.compress(body)
     f = facts_of(tmp_path, installed={f"updates/dkms/nvidia-peermem{suffix}": data})
-    assert f.module() == peermem.ModuleFile(
+    assert f.module() == ModuleFile(
         "nvidia_peermem",
         f"updates/dkms/nvidia-peermem{suffix}",
         signed=False,

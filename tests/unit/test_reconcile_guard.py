@@ -22,7 +22,7 @@ from rdmad.model import (
 )
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
-from rdmad.reconcile.detail import guard_state
+from rdmad.reconcile.detail.sriov import guard_state
 
 PF = "0000:3b:00.0"
 

@@ -17,7 +17,9 @@ from rdmad.model import (
     summarize,
 )
 from rdmad.model.validation import validate
-from rdmad.peermem import Held, ModuleFile, PeermemFacts, diagnose
+from rdmad.peermem.choice import Held
+from rdmad.peermem.facts import ModuleFile, PeermemFacts
+from rdmad.peermem.findings import diagnose
 from rdmad.reconcile import declared_objects, plan
 from rdmad.reconcile.detail import describe
 

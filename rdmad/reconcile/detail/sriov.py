@@ -1,35 +1,25 @@
-"""Status detail per object, per VF and per attribute (docs/API.md ``/v1/status``):
-what is declared, what the kernel shows, and what the plan says about each.
+"""The status detail of an SR-IOV object: its VF count, each VF present or declared, and
+each declared attribute of each VF, against what the plan does about it.
 
-Pure: no I/O, no clock. It decides nothing itself: the plan already did. It only points
-each action at the attributes and VFs it is about, and compares declared with observed
-values through the planner's own helpers, so status and plan never disagree on what
-"converged" means. ``Describer`` remembers its last answer (no globals, no clock), so a
-node at rest costs a comparison per pass rather than a new detail.
+Compares declared with observed values through the planner's own helpers
+(``rdmad.reconcile.sriov``), so status and plan never disagree on what "converged" means.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from rdmad.model import (
     Action,
     AttrStatus,
     BindVfDriver,
     Blocked,
-    Degraded,
-    Desired,
     InUseDrift,
-    NetdevObserved,
-    Note,
-    NotServing,
     ObjectDetail,
     ObjectState,
     Observed,
     PfObserved,
-    RxeSpec,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -41,10 +31,7 @@ from rdmad.model import (
     VfStatus,
     Waiting,
 )
-from rdmad.peermem import dmabuf_finding, modprobe_name, preflight
-from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
-from rdmad.reconcile.peermem import declared as peermem_declared
-from rdmad.reconcile.rxe import find_netdev
+from rdmad.reconcile.detail.verdicts import CONVERGED, DIFFERS, NOT_PRESENT, Verdict, worst
 from rdmad.reconcile.sriov import (
     bound_as_declared,
     find_pf,
@@ -52,83 +39,6 @@ from rdmad.reconcile.sriov import (
     netlink_matches,
     netlink_wanted,
 )
-
-# How bad a state is, to pick the one a VF shows: the worst of its parts.
-_RANK = {
-    ObjectState.CONVERGED: 0,
-    ObjectState.UNSUPPORTED: 1,
-    ObjectState.DRIFT_IN_USE: 2,
-    ObjectState.PENDING: 3,
-    ObjectState.BLOCKED: 4,
-    ObjectState.DEGRADED: 5,
-}
-
-NOT_PRESENT = "not present"
-DIFFERS = "differs from the declaration"
-
-Verdict = tuple[ObjectState, str]
-_CONVERGED: Verdict = (ObjectState.CONVERGED, "")
-
-
-def describe(
-    desired: Desired, observed: Observed, actions: Sequence[Action]
-) -> dict[str, ObjectDetail]:
-    """Detail of every declared object and of every other object the plan names (e.g. an
-    rxe link rdmad created that is no longer declared), keyed by object name."""
-    mine: dict[str, list[Action]] = {}
-    for action in actions:
-        mine.setdefault(action.obj, []).append(action)
-    out: dict[str, ObjectDetail] = {}
-    for spec in desired.sriov:
-        out[spec.obj] = _sriov(spec, observed, mine.get(spec.obj, ()))
-    for rxe in desired.rxe:
-        out[rxe.obj] = _rxe(rxe, observed, mine.get(rxe.obj, ()))
-    if PEERMEM_OBJ in mine or PEERMEM_OBJ in peermem_declared(desired.peermem):
-        out[PEERMEM_OBJ] = _peermem(desired, observed, mine.get(PEERMEM_OBJ, ()))
-    for obj, acts in mine.items():
-        if obj not in out:
-            out[obj] = _undeclared(obj, observed, acts)
-    return out
-
-
-class Describer:
-    """``describe`` that answers again from its last result while nothing it reads has
-    changed: a node at rest is re-observed on every drift tick and unrelated event, and
-    comparing two observations costs a fraction of describing one (bench/bench_detail.py).
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[Desired, Observed, list[Action], dict[str, ObjectDetail]] | None = None
-
-    def __call__(
-        self, desired: Desired, observed: Observed, actions: Sequence[Action]
-    ) -> dict[str, ObjectDetail]:
-        last = self._last
-        # The config in force is replaced, never changed in place: identity suffices.
-        if (
-            last is not None
-            and last[0] is desired
-            and last[2] == list(actions)
-            and last[1] == observed
-        ):
-            return last[3]
-        details = describe(desired, observed, actions)
-        self._last = (desired, observed, list(actions), details)
-        return details
-
-
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The worst state among ``verdicts`` with the reason of the first that has it."""
-    best: Verdict = _CONVERGED
-    rank = 0
-    for verdict in verdicts:
-        # Converged is the common case; skip the rank lookup (enum hashing is not free).
-        if verdict[0] is not ObjectState.CONVERGED and _RANK[verdict[0]] > rank:
-            best, rank = verdict, _RANK[verdict[0]]
-    return best
-
-
-# --- SR-IOV ------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -181,7 +91,7 @@ class _SriovPlan:
         return p
 
 
-def _sriov(spec: SriovSpec, observed: Observed, actions: Iterable[Action]) -> ObjectDetail:
+def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action]) -> ObjectDetail:
     found = find_pf(spec.pf, observed)
     pf = found if isinstance(found, PfObserved) else None
     plan = _SriovPlan.read(actions)
@@ -236,7 +146,7 @@ def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrSta
     """The VF count. When it differs, the planner plans the count (or says why it cannot)
     and the settings of the VFs it creates, so every action of the object is about it."""
     if pf is not None and pf.numvfs == spec.numvfs:
-        verdict = _CONVERGED
+        verdict = CONVERGED
     elif plan.count_step is not None:
         verdict = (ObjectState.PENDING, plan.count_step)
     elif plan.any_blocked is not None:
@@ -356,101 +266,3 @@ def _attr(
     else:
         verdict = (ObjectState.PENDING, DIFFERS)
     return AttrStatus(name, want, seen, verdict[0], verdict[1])
-
-
-# --- rxe ---------------------------------------------------------------------------------
-
-
-def _rxe(spec: RxeSpec, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:
-    link = observed.rdma_link(spec.name)
-    target = find_netdev(spec.netdev, observed)
-    want = target.name if isinstance(target, NetdevObserved) else spec.netdev.describe()
-    seen = link.netdev if link is not None else None
-    same = link is not None and link.is_rxe and seen == want
-    unserving = next((a for a in actions if isinstance(a, NotServing)), None)
-    others = [a for a in actions if not isinstance(a, NotServing)]
-    state, reason = _rxe_verdict(others, same=same)
-    attributes = [AttrStatus("netdev", want, seen, state, reason)]
-    if same:
-        # Present as declared: can its consumers use it (port ACTIVE, a GID of an address)?
-        attributes.append(
-            AttrStatus("serving", True, unserving is None, *_serving_verdict(unserving))
-        )
-    return ObjectDetail(
-        kind="rxe",
-        desired={"name": spec.name, "netdev": spec.netdev.describe()},
-        observed=_link(observed, spec.name),
-        attributes=tuple(attributes),
-    )
-
-
-def _serving_verdict(unserving: NotServing | None) -> Verdict:
-    return _CONVERGED if unserving is None else (ObjectState.PENDING, unserving.reason)
-
-
-def _rxe_verdict(actions: Sequence[Action], same: bool) -> Verdict:
-    blocked = next((a.reason for a in actions if isinstance(a, Blocked)), None)
-    if blocked is not None:
-        return (ObjectState.BLOCKED, blocked)
-    step = next((a.reason for a in actions if a.changes_kernel or isinstance(a, Waiting)), None)
-    if step is not None:
-        return (ObjectState.PENDING, step)
-    return _CONVERGED if same else (ObjectState.PENDING, DIFFERS)
-
-
-def _link(observed: Observed, name: str) -> dict[str, Any]:
-    link = observed.rdma_link(name)
-    if link is None:
-        return {}
-    return {
-        "name": link.name,
-        "netdev": link.netdev,
-        "usage": link.usage.state.value,
-        "port_state": link.port_state,
-        "gids": list(link.gids) if link.gids is not None else None,
-    }
-
-
-def _peermem(desired: Desired, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:
-    """The peer-memory module: which one, whether loaded, and the findings about it."""
-    facts = observed.modules.peermem
-    loaded = facts.loaded_module()
-    installed = facts.module()
-    module = loaded or (installed.name if installed is not None else None)
-    findings = [*preflight(facts)] if loaded is None else []
-    dmabuf = dmabuf_finding(facts)
-    if dmabuf is not None:
-        findings.append(dmabuf)
-    degraded = next((a.reason for a in actions if isinstance(a, Degraded)), None)
-    if degraded is not None:
-        verdict: Verdict = (ObjectState.DEGRADED, degraded)
-    else:
-        verdict = _rxe_verdict(actions, same=loaded is not None)
-        if verdict[0] is ObjectState.PENDING and verdict[1] == DIFFERS:
-            note = next((a.reason for a in actions if isinstance(a, Note)), "")
-            verdict = (ObjectState.CONVERGED, note)
-    state, reason = verdict
-    return ObjectDetail(
-        kind="peermem",
-        desired={"mode": desired.peermem.mode},
-        observed={
-            "module": modprobe_name(module) if module else None,
-            "loaded": loaded is not None,
-            "gpu_driver": "nvidia" in facts.loaded,
-            "rdma_core": "ib_core" in facts.loaded,
-            "findings": [f.to_json() for f in findings],
-        },
-        attributes=(AttrStatus("loaded", True, loaded is not None, state, reason),),
-    )
-
-
-def _undeclared(obj: str, observed: Observed, actions: Sequence[Action]) -> ObjectDetail:
-    """An object only the plan names: today an rxe link rdmad created that is no longer
-    declared (to be deleted, or kept because it is in use)."""
-    kind, _, name = obj.partition(" ")
-    if kind != "rxe":
-        return ObjectDetail(kind=kind)
-    seen = _link(observed, name)
-    state, reason = _rxe_verdict(actions, same=not seen)
-    netdev = AttrStatus("netdev", None, seen.get("netdev"), state, reason)
-    return ObjectDetail(kind="rxe", observed=seen, attributes=(netdev,))

@@ -1,0 +1,28 @@
+"""What a config problem looks like: the file, the key path in it, and what is wrong.
+
+Its own module because every stage names problems the same way (a file that cannot be
+read, a key the merge put somewhere, a value validation refused) and ``load()`` raises
+them all at once, never stopping at the first: a TOML syntax error in one file does not
+hide schema errors in another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConfigError:
+    file: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.path}" if self.path else self.file
+        return f"{where}: {self.message}"
+
+
+class ConfigInvalid(Exception):
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))

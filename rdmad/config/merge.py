@@ -1,0 +1,138 @@
+"""Merging the drop-ins: parsed documents, in order, into one config, remembering for
+every key the file and key path it came from (so each error names them).
+
+Merge rules (documented in etc/rdmad/rdmad.toml too):
+
+* ``[daemon]`` and ``[peermem]``: key by key, a later file's key wins.
+* ``[[rxe]]``: keyed by ``name``; ``[[sriov]]``: keyed by ``pf`` (the same
+  reference, e.g. ``pf = { pci = "0000:3b:00.0" }``). A later file that names
+  the same object overrides the keys it sets; keys it does not set stay.
+  Nested tables (``netdev``, ``pf``) are replaced whole.
+* ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF, same rule;
+  a VF's ``in_use_drift`` left unset follows its PF's.
+
+Nothing here judges a value: a wrong shape or an unknown key is kept where it was
+found so that validation (``validation.py``) reports it with its file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdmad.model.validation import Loc, render
+
+
+class Merger:
+    """Merges documents by object identity and remembers where each key came from."""
+
+    def __init__(self) -> None:
+        self.merged: dict[str, Any] = {}
+        # merged location -> (file, location in that file)
+        self._origin: dict[Loc, tuple[str, Loc]] = {}
+        self._last_file = ""
+
+    def origin(self, loc: Loc) -> tuple[str, str]:
+        for cut in range(len(loc), 0, -1):
+            hit = self._origin.get(loc[:cut])
+            if hit is not None:
+                file, file_loc = hit
+                return file, render(file_loc + loc[cut:])
+        return self._last_file, render(loc)
+
+    def _set(self, loc: Loc, file: str, file_loc: Loc) -> None:
+        self._origin[loc] = (file, file_loc)
+
+    def add(self, file: str, doc: dict[str, Any]) -> None:
+        self._last_file = file
+        for key, value in doc.items():
+            if key in ("rxe", "sriov") and isinstance(value, list):
+                for i, item in enumerate(value):
+                    self._add_object(file, key, i, item)
+            elif isinstance(value, dict) and isinstance(self.merged.get(key, {}), dict):
+                table = self.merged.setdefault(key, {})
+                self._set((key,), file, (key,))
+                for sub, subval in value.items():
+                    table[sub] = subval
+                    self._set((key, sub), file, (key, sub))
+            else:
+                # Wrong shape or unknown key: keep it so validation reports it here.
+                self.merged[key] = value
+                self._set((key,), file, (key,))
+
+    def _add_object(self, file: str, section: str, i: int, item: Any) -> None:
+        objects = self.merged.get(section)
+        if not isinstance(objects, list):
+            # An earlier file gave the section a wrong shape; a later list replaces it.
+            objects = self.merged[section] = []
+        identity = _identity(section, item)
+        index = next(
+            (n for n, o in enumerate(objects) if identity and _identity(section, o) == identity),
+            None,
+        )
+        if index is None or not isinstance(item, dict):
+            objects.append(dict(item) if isinstance(item, dict) else item)
+            index = len(objects) - 1
+            self._set((section, index), file, (section, i))
+            if isinstance(item, dict):
+                for key in item:
+                    self._set((section, index, key), file, (section, i, key))
+            if section == "sriov" and isinstance(item, dict) and isinstance(item.get("vf"), list):
+                objects[index]["vf"] = []
+                for j, vf in enumerate(item["vf"]):
+                    self._add_vf(file, index, i, j, vf)
+            return
+        target = objects[index]
+        for key, value in item.items():
+            if key == "vf" and section == "sriov" and isinstance(value, list):
+                if not isinstance(target.get("vf"), list):
+                    target["vf"] = []  # replaces an earlier wrong shape, as for sections
+                self._set((section, index, "vf"), file, (section, i, "vf"))
+                for j, vf in enumerate(value):
+                    self._add_vf(file, index, i, j, vf)
+            else:
+                target[key] = value
+                self._set((section, index, key), file, (section, i, key))
+
+    def _add_vf(self, file: str, pf_index: int, file_pf: int, j: int, vf: Any) -> None:
+        vfs: list[Any] = self.merged["sriov"][pf_index]["vf"]  # callers made it a list
+        match = None
+        if isinstance(vf, dict) and isinstance(vf.get("index"), int):
+            match = next(
+                (
+                    n
+                    for n, o in enumerate(vfs)
+                    if isinstance(o, dict) and o.get("index") == vf["index"]
+                ),
+                None,
+            )
+        if match is None or not isinstance(vf, dict):
+            vfs.append(dict(vf) if isinstance(vf, dict) else vf)
+            match = len(vfs) - 1
+            self._set(("sriov", pf_index, "vf", match), file, ("sriov", file_pf, "vf", j))
+        target = vfs[match]
+        if isinstance(vf, dict):
+            for key, value in vf.items():
+                target[key] = value
+                self._set(
+                    ("sriov", pf_index, "vf", match, key), file, ("sriov", file_pf, "vf", j, key)
+                )
+
+
+def _identity(section: str, item: Any) -> tuple[str, ...] | None:
+    """The key a later file uses to address the same object; None if unusable."""
+    if not isinstance(item, dict):
+        return None
+    if section == "rxe":
+        name = item.get("name")
+        return ("name", name) if isinstance(name, str) else None
+    pf = item.get("pf")
+    if isinstance(pf, dict) and len(pf) == 1:
+        ((kind, value),) = pf.items()
+        if isinstance(value, str):
+            value = value.strip()
+            if kind in ("pci", "mac"):
+                value = value.lower()
+            if kind == "pci" and len(value) == 7:
+                value = "0000:" + value
+            return (str(kind), value)
+    return None
