@@ -5,10 +5,14 @@ demo:
 	bash scripts/demo.sh
 lint:
 	bash scripts/setup.sh && .venv/bin/ruff check rdmad tests bench && .venv/bin/mypy rdmad && .venv/bin/lint-imports
-# Every bench/bench_*.py: one table of ratios to the baselines, and bench/results.json.
-# bench-quick runs each once at its smallest size (CI): it fails on errors, never on timings.
+# Every bench/bench_*.py: one table of ratios to the baselines, and bench/results.json;
+# then bench/RESULTS.md's table from that JSON (benches that did not run keep their row),
+# also when a bench failed (the run's exit status stays the result).
+# bench-quick runs each once at its smallest size (CI): it fails on errors, never on timings,
+# and leaves RESULTS.md alone.
 bench:
-	bash scripts/setup.sh && .venv/bin/python bench/run.py
+	bash scripts/setup.sh && { .venv/bin/python bench/run.py; rc=$$?; \
+	  .venv/bin/python bench/results_table.py && exit $$rc; }
 bench-quick:
 	bash scripts/setup.sh && .venv/bin/python bench/run.py --quick
 # The lab soak (root, QEMU; not in CI): make soak SOAK_MINUTES=30; the last result in
