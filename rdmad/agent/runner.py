@@ -45,7 +45,7 @@ MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
 # Added to the cause of what a reaction applied (history, status): why it was so quick.
 PLANNED_AHEAD = " (planned ahead)"
-# ...and sent by the event reader itself (kernel.reflex), before the pass began.
+# ...and sent by the event reader itself (kernel.events.reflex), before the pass began.
 SENT_ON_EVENT = " (planned ahead, sent as the event was read)"
 
 

@@ -1,9 +1,9 @@
 """KernelHost: observe() the node and apply() actions to it.
 
-An action is carried out as the writes ``kernel.writes.planned_writes`` describes
+An action is carried out as the writes ``kernel.apply.writes.planned_writes`` describes
 (the same description a dry run records). Destructive writes are re-checked against
 the kernel (current value and usage) before the action's first write, and again right
-before each one that follows other writes (``kernel.recheck``). Every kernel write
+before each one that follows other writes (``kernel.apply.recheck``). Every kernel write
 goes through one method, ``KernelHost._execute``: it performs it off the event loop
 with a deadline, logs "old -> new" with the action's reason (at debug when it worked:
 the agent logs each change at info, with its cause) and appends a ``WriteRecord`` to
@@ -24,16 +24,9 @@ from typing import Protocol
 
 from rdmad.clock import Clock, SystemClock, sleep_until
 from rdmad.kernel import modules as modules_mod
-from rdmad.kernel import reflex as reflex_mod
-from rdmad.kernel.errors import KernelError
-from rdmad.kernel.guardhook import guard_command, write_hook
-from rdmad.kernel.observe import observe, observe_changed
-from rdmad.kernel.pause import read_pause
-from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.rdma import RdmaNetlink
-from rdmad.kernel.recheck import StaleAction, recheck
-from rdmad.kernel.reflex import RxeReflex
-from rdmad.kernel.results import (
+from rdmad.kernel.apply.observe import observe, observe_changed
+from rdmad.kernel.apply.recheck import StaleAction, recheck
+from rdmad.kernel.apply.results import (
     ApplyResult,
     Outcome,
     WriteRecord,
@@ -41,13 +34,20 @@ from rdmad.kernel.results import (
     recent_records,
     verdict,
 )
-from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import LinkInfo, parse_link
-from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
+from rdmad.kernel.apply.slowwrite import NUMVFS_DEADLINE, SlowWrites
+from rdmad.kernel.apply.writes import Change, Op, PlannedWrite, planned_writes
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.events import reflex as reflex_mod
+from rdmad.kernel.events.reflex import RxeReflex
+from rdmad.kernel.guardhook import guard_command, write_hook
+from rdmad.kernel.netlink.rdma import RdmaNetlink
+from rdmad.kernel.netlink.rtnetlink import RtNetlink
+from rdmad.kernel.netlink.rtnl_codec import LinkInfo, parse_link
+from rdmad.kernel.netlink.vf_apply import VfChangeResult
+from rdmad.kernel.pause import read_pause
+from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.usage import combine
-from rdmad.kernel.vf_apply import VfChangeResult
-from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
+from rdmad.kernel.usage.holders import combine
 from rdmad.model import (
     Action,
     AddRxe,
@@ -157,7 +157,7 @@ class KernelHost:
         self.slow = SlowWrites(self.clock, numvfs_deadline)
         self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
         self.module_probe = modules_mod.ModuleProbe()  # and the module tree's (rdma_rxe)
-        # rxe adds the event readers send themselves (kernel.reflex); the daemon wires them.
+        # rxe adds the event readers send themselves (kernel.events.reflex); the daemon wires them.
         if reflex is None and live:
             reflex = RxeReflex(self.sysfs, self.clock)
         self.reflex = reflex
@@ -414,7 +414,7 @@ class KernelHost:
         log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
         return ApplyResult(action, Outcome.STALE, tuple(writes), f"stale: {why}")
 
-    # --- reflexes (kernel.reflex): armed by the agent at rest, disarmed by its next pass ---
+    # --- reflexes (kernel.events.reflex): armed by the agent at rest, disarmed by its next pass ---
 
     def arm_reflexes(
         self,

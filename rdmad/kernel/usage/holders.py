@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
 from rdmad.kernel.sysfs import CLASS_IB, PCI_DEVICES, PciFunction, Sysfs, Unreadable
+from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
 from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
