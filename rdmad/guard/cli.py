@@ -58,7 +58,8 @@ from rdmad.kernel.pause import (
     read_pause,
     write_pause,
 )
-from rdmad.kernel.sysfs import Sysfs, Unreadable
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.model.observed import PauseObserved, RdmaLinkObserved
 from rdmad.text import safe, safe_lines
 

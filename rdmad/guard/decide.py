@@ -20,7 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs, Unreadable
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
     Namespaces,

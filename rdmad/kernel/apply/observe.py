@@ -25,7 +25,8 @@ from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import Sysfs, Unreadable
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
     Namespaces,
