@@ -130,7 +130,7 @@ async def inner(events: int, burst: int) -> dict[str, Any]:
     from rdmad.agent import Agent, AgentOptions
     from rdmad.clock import SystemClock
     from rdmad.daemon import _event_sources
-    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.apply.host import KernelHost
     from rdmad.triggers import TriggerQueue
 
     tmp = Path(tempfile.mkdtemp(prefix="rdmad-bench-events-"))

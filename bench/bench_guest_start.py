@@ -55,7 +55,7 @@ print(json.dumps(out))
 # rdmad's python: observe() over the node, after a warm-up; prints a JSON list of seconds.
 OBSERVE = r"""
 import asyncio, json, sys, time
-from rdmad.kernel.host import KernelHost
+from rdmad.kernel.apply.host import KernelHost
 async def main(n):
     async with KernelHost("/") as host:
         obs = await host.observe()

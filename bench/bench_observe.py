@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from headline import emit, median, pct, row  # noqa: E402
 
-from rdmad.kernel.host import KernelHost  # noqa: E402
-from rdmad.kernel.observe import observe  # noqa: E402
-from rdmad.kernel.oneshot import observe_host  # noqa: E402
+from rdmad.kernel.apply.host import KernelHost  # noqa: E402
+from rdmad.kernel.apply.observe import observe  # noqa: E402
+from rdmad.kernel.apply.oneshot import observe_host  # noqa: E402
 from rdmad.kernel.sysfs import Sysfs  # noqa: E402
 from tests.support.fakesysfs import FakeSysfs  # noqa: E402
 

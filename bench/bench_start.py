@@ -61,7 +61,7 @@ import rdmad.cli, rdmad.daemon
 from rdmad import config, services
 from rdmad.agent import Agent, AgentOptions
 from rdmad.clock import SystemClock
-from rdmad.kernel.host import KernelHost
+from rdmad.kernel.apply.host import KernelHost
 from rdmad.triggers import TriggerQueue
 
 async def main():

@@ -55,7 +55,7 @@ TARGET_RATIO = 1.3
 # argv: SPEC.json MODE REPEAT; prints one JSON list of poller results.
 GUEST_DRIVER = r"""
 import asyncio, json, os, signal, subprocess, sys, time
-from rdmad.kernel.rtnetlink import RtNetlink
+from rdmad.kernel.netlink.rtnetlink import RtNetlink
 from rdmad.model import VfChange
 
 spec = json.load(open(sys.argv[1]))

@@ -19,7 +19,7 @@ from typing import Any
 
 from rdmad import __version__, config, state
 from rdmad.fileio import write_atomic
-from rdmad.kernel.oneshot import observe_host
+from rdmad.kernel.apply.oneshot import observe_host
 from rdmad.model import Action, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
 from rdmad.text import safe

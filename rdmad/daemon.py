@@ -24,7 +24,7 @@ from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
 
 if TYPE_CHECKING:
-    from rdmad.kernel.udev import UdevEvent
+    from rdmad.kernel.events.udev import UdevEvent
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -118,7 +118,7 @@ def _echo(e: UdevEvent) -> tuple[int, bool] | None:
 
 
 async def _link_triggers(stream: object) -> AsyncIterator[Trigger]:
-    from rdmad.kernel.linkevents import LinkEventStream
+    from rdmad.kernel.events.linkevents import LinkEventStream
 
     assert isinstance(stream, LinkEventStream)
     async for e in stream:
@@ -162,7 +162,7 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     sources: list[_Source] = []
     closers: list[object] = []
     try:
-        from rdmad.kernel.udev import SUBSYSTEMS, UdevMonitor, default_source
+        from rdmad.kernel.events.udev import SUBSYSTEMS, UdevMonitor, default_source
 
         source = default_source()
         subsystems: tuple[str, ...] = SUBSYSTEMS
@@ -175,7 +175,7 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
     except Exception as exc:  # no udev (container): rtnetlink and drift still work
         log.warning("source.unavailable", source="udev", error=str(exc))
     try:
-        from rdmad.kernel.linkevents import LinkEventStream
+        from rdmad.kernel.events.linkevents import LinkEventStream
 
         stream = LinkEventStream()
         sources.append(_Source("rtnetlink", _link_triggers(stream)))
@@ -186,12 +186,12 @@ def _event_sources() -> tuple[list[_Source], list[object]]:
 
 
 def _wire_reflexes(host: Host, readers: list[object]) -> None:
-    """Let the event readers send the rxe adds the agent armed (``kernel.reflex``): a
+    """Let the event readers send the rxe adds the agent armed (``kernel.events.reflex``): a
     new netdev's news and the kernel's own removal of an RDMA device. Not in a dry run
     (its host is a recorder, which has none)."""
-    from rdmad.kernel.host import KernelHost
-    from rdmad.kernel.linkevents import LinkEventStream
-    from rdmad.kernel.uevents import KernelUevents
+    from rdmad.kernel.apply.host import KernelHost
+    from rdmad.kernel.events.linkevents import LinkEventStream
+    from rdmad.kernel.events.uevents import KernelUevents
 
     reflex = host.reflex if isinstance(host, KernelHost) else None
     if reflex is None:
@@ -213,8 +213,8 @@ def _kernel_rdma_events(sources: list[_Source], closers: list[object]) -> bool:
     nothing rdmad needs to them, and its copy of each, parsed through pyudev (2-9 ms
     under emulation), would hold the loop just when the kernel's own removal should
     put back an rxe link someone deleted. False: not available (udevd's copies then)."""
-    from rdmad.kernel.udev import WANTED
-    from rdmad.kernel.uevents import KernelUevents
+    from rdmad.kernel.events.udev import WANTED
+    from rdmad.kernel.events.uevents import KernelUevents
 
     early: KernelUevents | None = None
     try:
@@ -231,8 +231,8 @@ def _kernel_rdma_events(sources: list[_Source], closers: list[object]) -> bool:
 
 
 def _make_host(dry_run: bool) -> tuple[Host, object]:
-    from rdmad.kernel.dryrun import RecordingHost
-    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.apply.dryrun import RecordingHost
+    from rdmad.kernel.apply.host import KernelHost
 
     kernel = KernelHost("/")
     if dry_run:

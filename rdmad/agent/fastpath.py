@@ -5,7 +5,7 @@ checked by a pass that follows:
 * reactions (``reconcile.reactions``): a pass that ends at rest plans ahead what the
   events it awaits will call for (``arm``); the pass such events start applies it on the
   last observation before it observes (``react``), and its observation is the check;
-* reflexes (``Reflexive``, kernel.reflex): the rxe adds among those reactions are armed
+* reflexes (``Reflexive``, kernel.events.reflex): the rxe adds among those reactions are armed
   on the host's event readers, which send them as the event is read, before the pass
   begins, each asked through ``gate`` first; that pass waits for their outcome
   (``reflexes_answered``) and ``react`` collects it through apply();
@@ -41,7 +41,7 @@ MAX_NEWS_FOLDS = 3
 SOURCE_TURNS = 3
 # Added to the cause of what a reaction applied (history, status): why it was so quick.
 PLANNED_AHEAD = " (planned ahead)"
-# ...and sent by the event reader itself (kernel.reflex), before the pass began.
+# ...and sent by the event reader itself (kernel.events.reflex), before the pass began.
 SENT_ON_EVENT = " (planned ahead, sent as the event was read)"
 
 

@@ -14,7 +14,7 @@ from rdmad.model import Action, AddRxe, Desired, Observed, PlanState
 
 
 class WriteLike(Protocol):
-    """One kernel write as the host reports it (rdmad.kernel.results.WriteRecord)."""
+    """One kernel write as the host reports it (rdmad.kernel.apply.results.WriteRecord)."""
 
     @property
     def target(self) -> str: ...
@@ -29,7 +29,7 @@ class WriteLike(Protocol):
 
 
 class ResultLike(Protocol):
-    """What became of one action (rdmad.kernel.results.ApplyResult)."""
+    """What became of one action (rdmad.kernel.apply.results.ApplyResult)."""
 
     @property
     def ok(self) -> bool: ...
@@ -62,7 +62,7 @@ class NarrowObserver(Protocol):
 
 @runtime_checkable
 class Reflexive(Protocol):
-    """A host whose event readers can send rxe adds themselves (KernelHost, kernel.reflex).
+    """A host whose event readers can send rxe adds themselves (KernelHost, kernel.events.reflex).
 
     Armed by a pass that ends at rest with the adds its reactions hold; disarmed when the
     next pass starts. ``gate`` is asked right before each send; its apply() collects

@@ -7,7 +7,7 @@ Follow one ``Batch`` (``rdmad.triggers``) from the event to the next pass:
    udevd's echoes of link news already heard, and makes a new netdev nobody awaits lag
    behind the one awaited. If the last pass armed a reflex for this event (step 9),
    the event reader has already sent its rxe add as it read the event, before the
-   trigger was put (kernel.reflex, asked first through ``FastPath._gate``).
+   trigger was put (kernel.events.reflex, asked first through ``FastPath._gate``).
 1. Schedule (``agent.loop``): ``Agent.run`` waits on the queue (leading edge, or the
    settle window of ``Agent._settle``), ``queue.take()`` makes the batch and hands it
    to ``PassRunner.run``: RELOADING=1 for a reload, then ``FastPath.reflexes_answered``
@@ -28,7 +28,7 @@ Follow one ``Batch`` (``rdmad.triggers``) from the event to the next pass:
 6. Re-check and apply, per action and in plan order (``Applier.apply_all``): held if
    an event pending since the observation makes it stale, or by backoff or a module
    settling; then ``Host.apply``, which re-reads the kernel right before each
-   destructive write (kernel.recheck) and answers stale if it changed. There is no
+   destructive write (kernel.apply.recheck) and answers stale if it changed. There is no
    re-check step of its own between plan and apply. What step 3 did is added in.
 7. Bookkeeping: objects recovered and expectations met (``_update_objects``), a look
    again at GIDs (``_look_again``), the pass recorded, a follow-up trigger when the

@@ -37,7 +37,7 @@ SHUTDOWN_SECONDS = 2.0
 
 
 def _observe_host() -> Observed:
-    from rdmad.kernel.oneshot import observe_host
+    from rdmad.kernel.apply.oneshot import observe_host
 
     return observe_host(Path("/"))
 

@@ -2,7 +2,7 @@
 
 Standalone: it runs inside `modprobe -r` (the modprobe.d hook rdmad writes), from the
 openibd drop-in and as `rdmad-ctl guard check`, with the daemon up or down. It decides
-from the kernel directly with the planner's own usage detection (``rdmad.kernel.usage``),
+from the kernel directly with the planner's own usage detection (``rdmad.kernel.usage.holders``),
 imports no config schema (msgspec), pyroute2, aiohttp or structlog (a contract in
 pyproject.toml), and never hangs: a hard deadline refuses (unless forced) rather than
 keep modprobe waiting.

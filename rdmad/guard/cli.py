@@ -58,7 +58,8 @@ from rdmad.kernel.pause import (
     read_pause,
     write_pause,
 )
-from rdmad.kernel.sysfs import Sysfs, Unreadable
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.model.observed import PauseObserved, RdmaLinkObserved
 from rdmad.text import safe, safe_lines
 
@@ -256,14 +257,14 @@ def _rdma_links(sysfs: Sysfs) -> tuple[list[RdmaLinkObserved], str | None]:
     ``Unreadable`` when sysfs cannot list them either."""
     if not sysfs.exists("sys/module/ib_core"):
         return [], None
-    from rdmad.kernel.usage import OpenFiles, rdma_links_from_sysfs
+    from rdmad.kernel.usage.holders import OpenFiles, rdma_links_from_sysfs
 
     if os.path.realpath(sysfs.root) != "/":  # a tree (tests): no netlink into it
         return list(rdma_links_from_sysfs(sysfs, OpenFiles())), None
     import asyncio  # only here: ~60 ms that a node without RDMA never pays
 
     from rdmad.kernel.errors import KernelError
-    from rdmad.kernel.rdma import RdmaNetlink
+    from rdmad.kernel.netlink.rdma import RdmaNetlink
     from rdmad.model.observed import Usage, Use
 
     async def read() -> list[RdmaLinkObserved]:

@@ -3,7 +3,7 @@
 A target is a module or driver name (``igb``, ``mlx5_core``, ``rdma_rxe``) or a PCI
 address (a PF: its VFs; a VF: itself). For a module, every PCI function bound to one
 of its drivers counts, with the VFs of those that are PFs: unloading the module
-destroys them all. Each VF's usage is ``rdmad.kernel.usage.vf_usage`` (the planner's
+destroys them all. Each VF's usage is ``rdmad.kernel.usage.holders.vf_usage`` (the planner's
 own: vfio group and iommufd holders, libvirt hostdevs, a netdev in another network
 namespace, users of an RDMA device on it, an RDMA link on its netdev). For
 ``rdma_rxe`` every rxe link's users count. Unknown is in use: a listing that fails
@@ -20,8 +20,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs, Unreadable
-from rdmad.kernel.usage import (
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
+from rdmad.kernel.usage.holders import (
     Libvirt,
     Namespaces,
     OpenFiles,

@@ -383,7 +383,7 @@ def _rdma_removed(name: str) -> Trigger:
 async def test_an_rxe_link_the_kernel_removed_is_added_again_at_once(rig: RigFactory) -> None:
     """No wait after the kernel's `remove` uevent: the pass it starts (the leading edge)
     sends the add before any fake time passes (an add refused while the kernel still
-    releases the name is the host's to send again, kernel.host RXE_RELEASE_WAIT)."""
+    releases the name is the host's to send again, kernel.apply.host RXE_RELEASE_WAIT)."""
     host = NarrowHost(netdevs=["eth0"])
     r = await rig(desired(("rxe0", "eth0")), host=host).start()
     await r.idle()

@@ -1,5 +1,5 @@
 """Reflexes: a pass at rest arms its reactions' rxe adds with a host whose event readers
-send them (kernel.reflex); the next pass disarms them, and its gate decides each send."""
+send them (kernel.events.reflex); the next pass disarms them, and its gate decides each send."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from rdmad import config
 from rdmad.agent import Agent, AgentOptions
 from rdmad.api import ApiServer
 from rdmad.clock import SystemClock
-from rdmad.kernel.oneshot import observe_host
+from rdmad.kernel.apply.oneshot import observe_host
 from rdmad.model import ApiSpec
 from rdmad.state import StateStore
 from rdmad.triggers import TriggerQueue

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from rdmad import daemon
-from rdmad.kernel import udev
-from rdmad.kernel.uevents import KernelUevents
+from rdmad.kernel.events import udev
+from rdmad.kernel.events.uevents import KernelUevents
 
 
 def _close(closers: list[object]) -> None:

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from rdmad.guard import cli, decide
+from rdmad.kernel.apply.host import KernelHost
+from rdmad.kernel.apply.observe import observe
+from rdmad.kernel.apply.results import Outcome
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.host import KernelHost
-from rdmad.kernel.observe import observe
 from rdmad.kernel.pause import write_pause
-from rdmad.kernel.results import Outcome
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.usage import OpenFiles, vf_usage, vf_usage_now
+from rdmad.kernel.usage.holders import OpenFiles, vf_usage, vf_usage_now
 from rdmad.model import (
     Action,
     Blocked,

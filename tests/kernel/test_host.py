@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.kernel import host as host_mod
-from rdmad.kernel import slowwrite
-from rdmad.kernel.dryrun import RecordingHost
+from rdmad.kernel.apply import host as host_mod
+from rdmad.kernel.apply import slowwrite
+from rdmad.kernel.apply.dryrun import RecordingHost
+from rdmad.kernel.apply.host import KernelHost
+from rdmad.kernel.apply.results import RECORDS_KEPT, Outcome
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.host import KernelHost
-from rdmad.kernel.nlcodec import asciiz, attr, nested
-from rdmad.kernel.results import RECORDS_KEPT, Outcome
-from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import (
+from rdmad.kernel.netlink.nlcodec import asciiz, attr, nested
+from rdmad.kernel.netlink.rtnetlink import RtNetlink
+from rdmad.kernel.netlink.rtnl_codec import (
     IFF_UP,
     IFINFO,
     IFLA_ADDRESS,
@@ -37,8 +37,8 @@ from rdmad.kernel.rtnl_codec import (
     IFLA_LINKINFO,
     LinkInfo,
 )
+from rdmad.kernel.netlink.vf_apply import VfChangeResult
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.vf_apply import VfChangeResult
 from rdmad.model import (
     Action,
     AddRxe,
@@ -833,11 +833,11 @@ async def test_narrow_observation_reads_link_news_instead_of_a_dump(tree: Path) 
     assert await host.observe_changed(False, {88: b"\x00\x01"}) is None
 
 
-# --- an add a reflex sent (kernel.reflex) ---------------------------------------------
+# --- an add a reflex sent (kernel.events.reflex) ---------------------------------------------
 
 
 async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> None:
-    from rdmad.kernel.reflex import RxeReflex
+    from rdmad.kernel.events.reflex import RxeReflex
 
     from .test_reflex import FakeKernel
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rdmad.daemon import _udev_triggers
-from rdmad.kernel.udev import UdevEvent, UdevMonitor
+from rdmad.kernel.events.udev import UdevEvent, UdevMonitor
 
 
 class ScriptedMonitor(UdevMonitor):

@@ -19,11 +19,11 @@ from dataclasses import replace
 import pytest
 
 from rdmad import daemon
+from rdmad.kernel.apply.observe import observe_changed
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.linkevents import LinkEvent, LinkEventStream
-from rdmad.kernel.observe import observe_changed
-from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import parse_link
+from rdmad.kernel.events.linkevents import LinkEvent, LinkEventStream
+from rdmad.kernel.netlink.rtnetlink import RtNetlink
+from rdmad.kernel.netlink.rtnl_codec import parse_link
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import NetdevObserved, Observed, VfChange, VfSettings
 from rdmad.triggers import TriggerQueue

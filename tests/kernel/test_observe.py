@@ -1,12 +1,12 @@
-"""rdmad.kernel.observe on fake trees, with and without netlink's LinkInfo."""
+"""rdmad.kernel.apply.observe on fake trees, with and without netlink's LinkInfo."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from rdmad.kernel.observe import observe, observe_changed
-from rdmad.kernel.rtnl_codec import LinkInfo
+from rdmad.kernel.apply.observe import observe, observe_changed
+from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import NetdevObserved, Observed, RdmaLinkObserved, Usage, Use, VfSettings
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rdmad.kernel.observe import observe
+from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Desired, LoadModule, PlanState
@@ -48,7 +48,7 @@ def test_probe_reads_again_when_modules_dep_is_rewritten(tmp_path: Path) -> None
 async def test_load_is_stale_when_a_required_module_went_away(tmp_path: Path) -> None:
     """Planned before an RDMA stack stop, applied after it: modprobe would load ib_core
     back as a dependency. The host drops it as stale and runs nothing."""
-    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.apply.host import KernelHost
 
     gpu_node(tmp_path, loaded=("nvidia",))  # ib_core gone since the plan
     host = KernelHost(tmp_path, modprobe_program="/nonexistent/modprobe")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.kernel.host import KernelHost
-from rdmad.kernel.observe import observe
-from rdmad.kernel.results import ApplyResult, Outcome
+from rdmad.kernel.apply.host import KernelHost
+from rdmad.kernel.apply.observe import observe
+from rdmad.kernel.apply.results import ApplyResult, Outcome
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import BindVfDriver, Blocked, Desired, PlanState, SetIbVf, VfChange
 from rdmad.model.validation import validate

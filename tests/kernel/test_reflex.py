@@ -1,4 +1,4 @@
-"""kernel.reflex: an rxe add sent by the event reader, answered by a fake kernel end.
+"""kernel.events.reflex: an rxe add sent by the event reader, answered by a fake kernel end.
 
 The fake kernel is the other end of a datagram socket pair: it reads the NEWLINK the
 reflex sent and answers with the NLMSG_ERROR the kernel would (0: an ack). The reflex's
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.kernel.nlcodec import NLMSG_ERROR, iter_attrs, pack_message
+from rdmad.kernel.events.reflex import RELEASE_WAIT, RxeReflex
+from rdmad.kernel.netlink.nlcodec import NLMSG_ERROR, iter_attrs, pack_message
+from rdmad.kernel.netlink.rdma_codec import CMD_NEWLINK, nldev_type
 from rdmad.kernel.pause import write_pause
-from rdmad.kernel.rdma_codec import CMD_NEWLINK, nldev_type
-from rdmad.kernel.reflex import RELEASE_WAIT, RxeReflex
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import AddRxe
 from tests.support.fakeclock import FakeClock
@@ -264,8 +264,8 @@ async def test_a_real_new_netdevs_news_fires_the_reflex_as_it_is_read(
     sysfs: Sysfs, kernel: FakeKernel, veth_names: tuple[str, str]
 ) -> None:
     from rdmad.daemon import _wire_reflexes
-    from rdmad.kernel.host import KernelHost
-    from rdmad.kernel.linkevents import LinkEventStream
+    from rdmad.kernel.apply.host import KernelHost
+    from rdmad.kernel.events.linkevents import LinkEventStream
 
     name, peer = veth_names
     add = AddRxe(obj="rxe rxv", name="rxv", netdev=name, reason="declared rxe link is missing")
@@ -297,9 +297,9 @@ async def test_the_daemon_wires_the_kernels_rdma_removal_to_the_reflex(
     sysfs: Sysfs, kernel: FakeKernel
 ) -> None:
     from rdmad.daemon import _wire_reflexes
-    from rdmad.kernel.host import KernelHost
-    from rdmad.kernel.udev import WANTED, UdevEvent
-    from rdmad.kernel.uevents import KernelUevents
+    from rdmad.kernel.apply.host import KernelHost
+    from rdmad.kernel.events.udev import WANTED, UdevEvent
+    from rdmad.kernel.events.uevents import KernelUevents
 
     host = KernelHost("/")
     host.reflex = RxeReflex(sysfs, FakeClock(), opener=kernel.open)

@@ -13,9 +13,9 @@ import tomllib
 from pathlib import Path
 
 from rdmad import config
-from rdmad.kernel.host import KernelHost
-from rdmad.kernel.observe import observe
-from rdmad.kernel.results import Outcome
+from rdmad.kernel.apply.host import KernelHost
+from rdmad.kernel.apply.observe import observe
+from rdmad.kernel.apply.results import Outcome
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Blocked, Desired, InUseDrift, PlanState, SetIbVf, SetNumVfs, Waiting
 from rdmad.reconcile import plan

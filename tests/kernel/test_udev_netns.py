@@ -1,4 +1,4 @@
-"""rdmad.kernel.udev against this machine's real uevents (root; veth in the init namespace).
+"""rdmad.kernel.events.udev against this machine's real uevents (root; veth in the init namespace).
 
 This dev host runs no udevd (no /run/udev/control), so there only the kernel
 source can deliver events and the test uses it; where udevd runs, the udev
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rdmad.kernel.udev import UdevEvent, UdevMonitor, default_source, to_event
+from rdmad.kernel.events.udev import UdevEvent, UdevMonitor, default_source, to_event
 
 DEADLINE = 10.0
 

@@ -1,4 +1,5 @@
-"""rdmad.kernel.uevents: the kernel's uevents read off the socket (root; a veth of the test's).
+"""rdmad.kernel.events.uevents: the kernel's uevents read off the socket (root; a veth of
+the test's).
 
 The daemon reads RDMA devices this way (the lab's rxe tests show a deleted link put back
 from it); here net events stand in, being the ones a test can make on this machine.
@@ -13,9 +14,9 @@ import subprocess
 
 import pytest
 
-from rdmad.kernel.udev import WANTED, UdevEvent
-from rdmad.kernel.uevent_filter import attach_uevent_filter
-from rdmad.kernel.uevents import NETLINK_KOBJECT_UEVENT, KernelUevents, parse_uevent
+from rdmad.kernel.events.udev import WANTED, UdevEvent
+from rdmad.kernel.events.uevent_filter import attach_uevent_filter
+from rdmad.kernel.events.uevents import NETLINK_KOBJECT_UEVENT, KernelUevents, parse_uevent
 
 DEADLINE = 10.0
 RDMA = {s: WANTED[s] for s in ("infiniband", "infiniband_verbs")}
@@ -168,7 +169,7 @@ def test_the_reader_attaches_the_filter_and_warns_when_the_kernel_refuses_it(
     def refuse(sock: socket.socket, subsystems: object) -> None:
         raise OSError(22, "Invalid argument")
 
-    monkeypatch.setattr("rdmad.kernel.uevents.attach_uevent_filter", refuse)
+    monkeypatch.setattr("rdmad.kernel.events.uevents.attach_uevent_filter", refuse)
     events = KernelUevents(RDMA)
     try:
         assert not events.filtered

@@ -1,4 +1,5 @@
-"""rdmad.kernel.usage on fake trees: who holds a VF or an RDMA device; unknown means in use."""
+"""rdmad.kernel.usage.holders on fake trees: who holds a VF or an RDMA device; unknown means
+in use."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.kernel.usage import (
+from rdmad.kernel.usage.holders import (
     Libvirt,
     Namespaces,
     OpenFiles,
@@ -23,6 +23,7 @@ from rdmad.kernel.usage import (
     vf_usage,
     vf_usage_now,
 )
+from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
 from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
 from tests.support.fakesysfs import IGB_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.lab
 _PRELUDE = textwrap.dedent(
     """
     import asyncio, glob, json, os, time
-    from rdmad.kernel.host import KernelHost
+    from rdmad.kernel.apply.host import KernelHost
     from rdmad.model import (AddRxe, BindVfDriver, DeleteRxe, SetNumVfs, SetVfSettings,
                              VfChange)
 

@@ -1,4 +1,5 @@
-"""rdmad.kernel.rtnetlink and rdmad.kernel.rdma against the real kernel of the QEMU lab guest.
+"""rdmad.kernel.netlink.rtnetlink and rdmad.kernel.netlink.rdma against the real kernel of the
+QEMU lab guest.
 
 Each test runs one Python script inside the guest (rdmad installed there by the lab
 harness) that does the kernel work and prints a JSON verdict; the host asserts on it.
@@ -27,8 +28,8 @@ def guest(lab_guest: Any) -> Any:
 _PRELUDE = textwrap.dedent(
     """
     import asyncio, errno, glob, json, os, subprocess, time
-    from rdmad.kernel.rtnetlink import RtNetlink
-    from rdmad.kernel.rdma import RdmaNetlink
+    from rdmad.kernel.netlink.rtnetlink import RtNetlink
+    from rdmad.kernel.netlink.rdma import RdmaNetlink
     from rdmad.kernel.errors import KernelError
     from rdmad.model import VfChange, VfSettings
 

@@ -98,7 +98,7 @@ def _rdmad_json(guest: Guest, body: str, timeout: float = 120.0) -> Any:
     python = harness.install_rdmad(guest)
     script = (
         "import asyncio, json\n"
-        "from rdmad.kernel.rdma import RdmaNetlink\n"
+        "from rdmad.kernel.netlink.rdma import RdmaNetlink\n"
         + textwrap.dedent(body)
         + "\nprint(json.dumps(asyncio.run(main())))\n"
     )
@@ -165,7 +165,7 @@ def test_observing_never_loads_ib_core(fresh_guest: Guest) -> None:
     seen = _rdmad_json(
         guest,
         """
-        from rdmad.kernel.host import KernelHost
+        from rdmad.kernel.apply.host import KernelHost
         async def main():
             rdma = RdmaNetlink()
             available, reason = rdma.available(), rdma.reason

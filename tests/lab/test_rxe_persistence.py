@@ -113,7 +113,7 @@ def settled(g: Guest) -> None:
 def assert_event_driven(entry: dict[str, Any], *, planned_ahead: bool = False) -> None:
     """Added because of an event; ``planned_ahead``: by the reaction the pass before
     planned for exactly that event (rdmad.reconcile.reactions), not by a pass after it,
-    and sent by the event reader itself as it read the event (rdmad.kernel.reflex)."""
+    and sent by the event reader itself as it read the event (rdmad.kernel.events.reflex)."""
     cause = entry["cause"]
     assert "drift" not in cause, entry
     assert any(src in cause for src in ("udev", "netlink", "driver-reload")), entry

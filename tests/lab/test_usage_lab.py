@@ -32,9 +32,9 @@ _OBSERVE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from rdmad.kernel.oneshot import observe_host
+    from rdmad.kernel.apply.oneshot import observe_host
     from rdmad.kernel.sysfs import Sysfs
-    from rdmad.kernel.usage import vf_usage_now
+    from rdmad.kernel.usage.holders import vf_usage_now
 
     obs = observe_host(Path("/"))
     pf = next(p for p in obs.pfs if p.pci == sys.argv[1])

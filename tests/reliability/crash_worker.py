@@ -29,8 +29,8 @@ from typing import Any
 from rdmad import config
 from rdmad.agent import Agent, AgentOptions
 from rdmad.clock import SystemClock
+from rdmad.kernel.apply.host import KernelHost
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.host import KernelHost
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import RdmaLinkObserved
 from rdmad.state import StateStore

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from rdmad import config
 from rdmad.agent import Agent, AgentOptions
 from rdmad.config import ConfigInvalid
-from rdmad.kernel.host import KernelHost
+from rdmad.kernel.apply.host import KernelHost
 from rdmad.model import PlanState, SetNumVfs
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot

@@ -265,7 +265,7 @@ def test_uevent_storm_with_100_api_clients(daemon: Daemon) -> None:
     assert end["VmRSS"] - base["VmRSS"] < STORM_RSS_GROWTH_KIB, figures
     # Every net add/remove of both ends of each pair reaches the agent, once (queue
     # uevents are filtered out by subsystem), and none is lost: as root the monitor's
-    # 128 MiB receive buffer (rdmad/kernel/udev.py) holds the whole storm, so a resync
+    # 128 MiB receive buffer (rdmad/kernel/events/udev.py) holds the whole storm, so a resync
     # (the kernel dropped some: ENOBUFS) is a failure here, not a stand-in for them.
     assert udev == 4 * STORM_CYCLES, figures
     assert seen.get("resync", 0) == seen0.get("resync", 0), figures

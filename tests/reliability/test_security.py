@@ -315,7 +315,7 @@ def hostile_netns() -> Iterator[str]:
 OBSERVE_NAMES = """
 import json
 from pathlib import Path
-from rdmad.kernel.oneshot import observe_host
+from rdmad.kernel.apply.oneshot import observe_host
 print(json.dumps([n.name for n in observe_host(Path("/")).netdevs]))
 """
 

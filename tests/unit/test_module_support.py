@@ -17,7 +17,7 @@ from rdmad import cli, modsupport
 from rdmad.doctor import Root, run_checks
 from rdmad.doctor.checks import module_loading
 from rdmad.doctor.checks import rxe as rxe_check
-from rdmad.kernel.observe import observe
+from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import (
     AddRxe,

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-from rdmad.kernel import rtnl_codec as rc
-from rdmad.kernel import rtnl_vf_attrs as va
-from rdmad.kernel import vf_apply
-from rdmad.kernel.nlcodec import attr, iter_attrs
+from rdmad.kernel.netlink import rtnl_codec as rc
+from rdmad.kernel.netlink import rtnl_vf_attrs as va
+from rdmad.kernel.netlink import vf_apply
+from rdmad.kernel.netlink.nlcodec import attr, iter_attrs
 from rdmad.model import VfChange, VfSettings
 
 

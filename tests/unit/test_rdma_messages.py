@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from rdmad.kernel import rdma
-from rdmad.kernel import rdma_codec as rcodec
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlcodec import NlMsg, parse_error, split_messages
-from rdmad.kernel.nlsock import NetlinkFailure
-from rdmad.kernel.rdma_usage import device_usage, usage_of
+from rdmad.kernel.netlink import rdma
+from rdmad.kernel.netlink import rdma_codec as rcodec
+from rdmad.kernel.netlink.nlcodec import NlMsg, parse_error, split_messages
+from rdmad.kernel.netlink.nlsock import NetlinkFailure
+from rdmad.kernel.netlink.rdma_usage import device_usage, usage_of
 from rdmad.model import FREE, Use
 
 NLMSG_ERROR = 2

@@ -24,8 +24,8 @@ def _loaded(imports: str, packages: tuple[str, ...]) -> list[str]:
 
 def test_kernel_layer_imports_without_pyroute2() -> None:
     imports = (
-        "import rdmad.kernel.host, rdmad.kernel.rdma\n"
-        "import rdmad.kernel.linkevents, rdmad.kernel.rtnetlink"
+        "import rdmad.kernel.apply.host, rdmad.kernel.netlink.rdma\n"
+        "import rdmad.kernel.events.linkevents, rdmad.kernel.netlink.rtnetlink"
     )
     assert _loaded(imports, ("pyroute2",)) == []
 
@@ -35,7 +35,8 @@ def test_the_daemon_reaches_its_first_pass_without_the_web_and_metrics_libraries
     # wiring, the kernel host and the event sources it builds.
     imports = (
         "import rdmad.cli, rdmad.daemon, rdmad.services\n"
-        "import rdmad.kernel.host, rdmad.kernel.udev, rdmad.kernel.linkevents, rdmad.kernel.dryrun"
+        "import rdmad.kernel.apply.host, rdmad.kernel.apply.dryrun\n"
+        "import rdmad.kernel.events.udev, rdmad.kernel.events.linkevents"
     )
     assert _loaded(imports, ("aiohttp", "prometheus_client", "rdmad.api")) == []
     # ... and what the worker thread then imports is all of it.

@@ -1,4 +1,4 @@
-"""rdmad.kernel.uevent_filter: the program, run by a small classic-BPF interpreter.
+"""rdmad.kernel.events.uevent_filter: the program, run by a small classic-BPF interpreter.
 
 The interpreter follows the kernel's rules for the opcodes the program uses (a read
 past the message's end ends the program with 0: drop). tests/kernel/test_uevents.py
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmad.kernel import uevent_filter as uf
-from rdmad.kernel.uevents import parse_uevent
+from rdmad.kernel.events import uevent_filter as uf
+from rdmad.kernel.events.uevents import parse_uevent
 
 RDMA = ("infiniband", "infiniband_verbs")
 WANTED = {s: frozenset({"add", "remove", "move", "change", "bind"}) for s in RDMA}

@@ -6,8 +6,8 @@ import errno
 from collections.abc import Mapping, Sequence
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlsock import NetlinkFailure
-from rdmad.kernel.vf_apply import Piece, apply_vf_changes
+from rdmad.kernel.netlink.nlsock import NetlinkFailure
+from rdmad.kernel.netlink.vf_apply import Piece, apply_vf_changes
 from rdmad.model import VfChange, VfSettings
 
 

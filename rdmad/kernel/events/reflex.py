@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdmad.clock import Cancellable, Clock
-from rdmad.kernel.nlcodec import (
+from rdmad.kernel.netlink.nlcodec import (
     NLM_F_ACK,
     NLM_F_REQUEST,
     NLMSG_ERROR,
@@ -37,15 +37,21 @@ from rdmad.kernel.nlcodec import (
     parse_error,
     split_messages,
 )
-from rdmad.kernel.nlsock import NetlinkFailure, open_netlink_socket, recv_nowait
+from rdmad.kernel.netlink.nlsock import NetlinkFailure, open_netlink_socket, recv_nowait
+from rdmad.kernel.netlink.rdma_codec import (
+    CMD_NEWLINK,
+    NETLINK_RDMA,
+    encode,
+    newlink_attrs,
+    nldev_type,
+)
 from rdmad.kernel.pause import read_pause
-from rdmad.kernel.rdma_codec import CMD_NEWLINK, NETLINK_RDMA, encode, newlink_attrs, nldev_type
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import AddRxe
 
 log = logging.getLogger(__name__)
 
-# Refusals that mean "the name is still taken" (kernel.host: _RXE_TAKEN).
+# Refusals that mean "the name is still taken" (kernel.apply.host: _RXE_TAKEN).
 TAKEN = frozenset({errno.EEXIST, errno.ENFILE})
 # Faster than KernelHost's pace: nothing else waits on the loop meanwhile (the pass
 # waits for the outcome first), and the release ends a few ms after the uevent.

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlcodec import (
+from rdmad.kernel.netlink.nlcodec import (
     NLM_F_DUMP,
     NLM_F_REQUEST,
     NLMSG_DONE,

@@ -1,6 +1,6 @@
 """RecordingHost: a dry run. Observes like the real host; apply() only records.
 
-What it records comes from ``kernel.writes.planned_writes``, the same description
+What it records comes from ``kernel.apply.writes.planned_writes``, the same description
 the real host executes, so ``rdmad run --dry-run`` shows exactly the writes a real
 run would make (targets, old -> new values, order).
 """
@@ -11,9 +11,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from rdmad.kernel.results import ApplyResult, Outcome, WriteRecord, not_applied, recent_records
+from rdmad.kernel.apply.results import (
+    ApplyResult,
+    Outcome,
+    WriteRecord,
+    not_applied,
+    recent_records,
+)
+from rdmad.kernel.apply.writes import planned_writes
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.kernel.writes import planned_writes
 from rdmad.model import Action, Observed
 
 log = logging.getLogger("rdmad.kernel")

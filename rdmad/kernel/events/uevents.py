@@ -25,9 +25,9 @@ import logging
 import socket
 from collections.abc import Callable, Collection, Mapping
 
-from rdmad.kernel.nlsock import open_netlink_socket
-from rdmad.kernel.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
-from rdmad.kernel.uevent_filter import attach_uevent_filter
+from rdmad.kernel.events.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
+from rdmad.kernel.events.uevent_filter import attach_uevent_filter
+from rdmad.kernel.netlink.nlsock import open_netlink_socket
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class KernelUevents(QueuedEvents):
             log.warning("uevent socket filter not attached (%s): every uevent is read", exc)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Called with each wanted event as it is read, before it is queued
-        # (``kernel.reflex``: an rxe add sent from here).
+        # (``kernel.events.reflex``: an rxe add sent from here).
         self.on_event: Callable[[UdevEvent], None] | None = None
 
     def start(self) -> None:

@@ -14,8 +14,17 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rdmad.kernel.nlcodec import asciiz, attr, cstr, find_attr, get_u32, iter_attrs, nested, u32
-from rdmad.kernel.rtnl_vf_attrs import decode_vfinfo_list
+from rdmad.kernel.netlink.nlcodec import (
+    asciiz,
+    attr,
+    cstr,
+    find_attr,
+    get_u32,
+    iter_attrs,
+    nested,
+    u32,
+)
+from rdmad.kernel.netlink.rtnl_vf_attrs import decode_vfinfo_list
 from rdmad.model import VfSettings
 
 # linux/rtnetlink.h, linux/if_link.h

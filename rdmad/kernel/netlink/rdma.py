@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlcodec import NLM_F_DUMP, NlMsg
-from rdmad.kernel.nlsock import NetlinkFailure, NetlinkTransport
-from rdmad.kernel.rdma_codec import (
+from rdmad.kernel.netlink.nlcodec import NLM_F_DUMP, NlMsg
+from rdmad.kernel.netlink.nlsock import NetlinkFailure, NetlinkTransport
+from rdmad.kernel.netlink.rdma_codec import (
     ATTR_CHARDEV_TYPE,
     ATTR_DEV_INDEX,
     ATTR_DEV_NAME,
@@ -61,7 +61,7 @@ from rdmad.kernel.rdma_codec import (
     newlink_attrs,
     nldev_type,
 )
-from rdmad.kernel.rdma_usage import device_usage, usage_of
+from rdmad.kernel.netlink.rdma_usage import device_usage, usage_of
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import RdmaLinkObserved, Usage
 

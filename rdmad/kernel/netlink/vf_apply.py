@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlsock import NetlinkFailure
-from rdmad.kernel.rtnl_codec import encode_setlink_vfs
-from rdmad.kernel.rtnl_vf_attrs import (
+from rdmad.kernel.netlink.nlsock import NetlinkFailure
+from rdmad.kernel.netlink.rtnl_codec import encode_setlink_vfs
+from rdmad.kernel.netlink.rtnl_vf_attrs import (
     ATTR_OF_FIELD,
     DEFAULT_VLAN_PROTO,
     FIELDS,

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from rdmad.kernel.nlcodec import attr, get_u32, iter_attrs, nested
+from rdmad.kernel.netlink.nlcodec import attr, get_u32, iter_attrs, nested
 from rdmad.model import VfSettings
 
 # linux/if_link.h

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs, Unreadable
-from rdmad.kernel.usage import rdma_link_usage_now, vf_usage_now
-from rdmad.kernel.writes import Op, PlannedWrite
+from rdmad.kernel.apply.writes import Op, PlannedWrite
+from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
+from rdmad.kernel.usage.holders import rdma_link_usage_now, vf_usage_now
 from rdmad.model import RdmaLinkObserved
 
 

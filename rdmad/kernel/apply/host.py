@@ -1,9 +1,9 @@
-"""KernelHost: observe() the node and apply() actions to it.
+"""KernelHost: apply() actions to the node (observe() is ``kernel.apply.host_observe``'s).
 
-An action is carried out as the writes ``kernel.writes.planned_writes`` describes
+An action is carried out as the writes ``kernel.apply.writes.planned_writes`` describes
 (the same description a dry run records). Destructive writes are re-checked against
 the kernel (current value and usage) before the action's first write, and again right
-before each one that follows other writes (``kernel.recheck``). Every kernel write
+before each one that follows other writes (``kernel.apply.recheck``). Every kernel write
 goes through one method, ``KernelHost._execute``: it performs it off the event loop
 with a deadline, logs "old -> new" with the action's reason (at debug when it worked:
 the agent logs each change at info, with its cause) and appends a ``WriteRecord`` to
@@ -16,24 +16,14 @@ from __future__ import annotations
 import asyncio
 import errno as errno_mod
 import logging
-import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
 
-from rdmad.clock import Clock, SystemClock, sleep_until
+from rdmad.clock import Clock, sleep_until
 from rdmad.kernel import modules as modules_mod
-from rdmad.kernel import reflex as reflex_mod
-from rdmad.kernel.errors import KernelError
-from rdmad.kernel.guardhook import guard_command, write_hook
-from rdmad.kernel.observe import observe, observe_changed
-from rdmad.kernel.pause import read_pause
-from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.rdma import RdmaNetlink
-from rdmad.kernel.recheck import StaleAction, recheck
-from rdmad.kernel.reflex import RxeReflex
-from rdmad.kernel.results import (
+from rdmad.kernel.apply.host_observe import LinkSource, ObservingHost, RdmaSource
+from rdmad.kernel.apply.recheck import StaleAction, recheck
+from rdmad.kernel.apply.results import (
     ApplyResult,
     Outcome,
     WriteRecord,
@@ -41,23 +31,20 @@ from rdmad.kernel.results import (
     recent_records,
     verdict,
 )
-from rdmad.kernel.rtnetlink import RtNetlink
-from rdmad.kernel.rtnl_codec import LinkInfo, parse_link
-from rdmad.kernel.slowwrite import NUMVFS_DEADLINE, SlowWrites
-from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
-from rdmad.kernel.usage import combine
-from rdmad.kernel.vf_apply import VfChangeResult
-from rdmad.kernel.writes import Change, Op, PlannedWrite, planned_writes
+from rdmad.kernel.apply.slowwrite import NUMVFS_DEADLINE, SlowWrites
+from rdmad.kernel.apply.writes import Change, Op, PlannedWrite, planned_writes
+from rdmad.kernel.errors import KernelError
+from rdmad.kernel.events import reflex as reflex_mod
+from rdmad.kernel.events.reflex import RxeReflex
+from rdmad.kernel.guardhook import guard_command, write_hook
+from rdmad.kernel.pause import read_pause
+from rdmad.kernel.sysfs import PCI_DEVICES
 from rdmad.model import (
     Action,
     AddRxe,
     LoadModule,
-    Observed,
     RdmaLinkObserved,
     SetVfSettings,
-    Usage,
-    Use,
-    VfChange,
     VfSettings,
 )
 
@@ -83,47 +70,14 @@ _RXE_TAKEN = reflex_mod.TAKEN
 REFLEX_WAIT = reflex_mod.RELEASE_WAIT + 1.0
 
 
-# --- what KernelHost needs from netlink (real classes, or fakes in tests) ------------------
-
-
-class LinkSource(Protocol):
-    async def links(self, vfs: bool = True) -> list[LinkInfo]: ...
-
-    async def set_vf_settings(
-        self,
-        link: int | str,
-        changes: Sequence[VfChange],
-        current: Mapping[int, VfSettings],
-    ) -> list[VfChangeResult]: ...
-
-    async def set_up(self, link: int | str) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class RdmaSource(Protocol):
-    reason: str | None
-    lasting: bool  # the last available() answer holds until ib_core comes (not EMFILE)
-
-    def available(self) -> bool: ...
-
-    async def links(self) -> list[RdmaLinkObserved]: ...
-
-    async def add_link(self, name: str, link_type: str, netdev: str) -> None: ...
-
-    async def delete_link(self, name: str) -> None: ...
-
-    def close(self) -> None: ...
-
-
 Write = Callable[[], Awaitable[Sequence[KernelError | None] | None]]
 
 
 # --- the real host ---------------------------------------------------------------------------
 
 
-class KernelHost:
-    """The one writer to the kernel.
+class KernelHost(ObservingHost):
+    """The one writer to the kernel; what it reads with is ``ObservingHost``'s.
 
     ``root`` "/" observes with rtnetlink and RDMA netlink; any other root is a
     sysfs tree and netlink is used only when passed in explicitly (tests).
@@ -141,209 +95,21 @@ class KernelHost:
         clock: Clock | None = None,
         reflex: RxeReflex | None = None,
     ) -> None:
-        # Deadlines and record times; the waits themselves are asyncio's (real time).
-        self.clock: Clock = clock or SystemClock()
-        self.sysfs = Sysfs(root)
-        live = Path(root) == Path("/")
-        self.rtnl: LinkSource | None = rtnl if rtnl is not None else RtNetlink() if live else None
-        self.rdma: RdmaSource | None = rdma if rdma is not None else RdmaNetlink() if live else None
+        super().__init__(root, rtnl=rtnl, rdma=rdma, clock=clock)
         self.numvfs_deadline = numvfs_deadline
         self.modprobe_timeout = modprobe_timeout
         self.modprobe_program = modprobe_program
         self.records = recent_records()  # the last RECORDS_KEPT writes
-        self.last: Observed | None = None
-        self._rdma_ok: bool | None = None  # cached RDMA netlink probe
-        self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.slow = SlowWrites(self.clock, numvfs_deadline)
-        self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
-        self.module_probe = modules_mod.ModuleProbe()  # and the module tree's (rdma_rxe)
-        # rxe adds the event readers send themselves (kernel.reflex); the daemon wires them.
-        if reflex is None and live:
+        # rxe adds the event readers send themselves (kernel.events.reflex); the daemon wires them.
+        if reflex is None and Path(root) == Path("/"):
             reflex = RxeReflex(self.sysfs, self.clock)
         self.reflex = reflex
 
     def close(self) -> None:
         if self.reflex is not None:
             self.reflex.close()
-        for client in (self.rtnl, self.rdma):
-            if client is not None:
-                client.close()
-
-    async def __aenter__(self) -> KernelHost:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- observe ----------------------------------------------------------------------
-
-    async def observe(self) -> Observed:
-        """One consistent snapshot: netlink first, then sysfs, retried if a netdev moved between.
-
-        The kernel has no transaction across rtnetlink and sysfs; a netdev renamed
-        or created between the two reads shows up as a name only one of them knows.
-        Then everything is read again (up to 3 times) rather than mixing two states.
-        """
-        for _attempt in range(3):
-            snapshot, consistent = await self._observe_once()
-            if consistent:
-                break
-        else:
-            snapshot = _with_note(snapshot, "netdevs kept changing while being observed")
-        self.last = snapshot
-        return snapshot
-
-    async def observe_changed(
-        self, rdma: bool, links: Mapping[int, bytes | None] | None = None
-    ) -> Observed | None:
-        """After link or RDMA device events only: the netdevs from the events' news
-        (``links``: ifindex -> RTM_NEWLINK payload, None for a deleted link) or, without
-        it, read again in one dump without VF lists; with ``rdma`` (or when a netdev
-        under an RDMA link went or was renamed), the RDMA links; the rest of the last
-        snapshot is kept (``observe.observe_changed``). None: call ``observe()`` instead.
-
-        The event path's cost: an rxe link whose netdev just appeared is added after
-        reading the RTM_NEWLINK that announced it, not a dump, a walk of sysfs or /proc.
-        News is enough because every change of a link is announced, in order, on the
-        stream the news came from: a link's latest news is its state now, or at least as
-        new as the snapshot it is applied to (news older than that snapshot's dump is
-        followed in the same batch by whatever changed the link since).
-        """
-        last = self.last
-        if last is None or self.rtnl is None or self.rdma is None:
-            return None
-        if read_pause(self.sysfs, self.clock.wall()) is not None:
-            return None  # standing back: observe() knows how without RDMA netlink
-        news = await self._link_news(links)
-        if news is None:
-            return None
-        changed, gone = news
-        # Every netdev's name now: the dump's, or the last snapshot's with the news on it.
-        names: dict[int, str] = {}
-        if gone is not None:
-            names = {n.ifindex: n.name for n in last.netdevs if n.ifindex not in gone}
-        names.update((link.ifindex, link.name) for link in changed)
-        # A rename or removal under an RDMA link changes that link too (rxe goes with it),
-        # and any news of its netdev may change its port's state (up, down, carrier).
-        moved = any(
-            r.netdev_ifindex is not None and names.get(r.netdev_ifindex) != r.netdev
-            for r in last.rdma_links
-        )
-        under = {r.netdev_ifindex for r in last.rdma_links}
-        rdma_links = None
-        if rdma or moved or any(link.ifindex in under for link in changed):
-            notes: list[str] = []
-            rdma_links, _ = await self._rdma_links(notes, paused=False)
-            if rdma_links is None or notes:
-                return None  # RDMA netlink could not be read: observe() reads sysfs
-        snapshot = observe_changed(
-            self.sysfs, last, changed, rdma_links, gone=gone, now=self.clock.wall()
-        )
-        if snapshot is not None:
-            self.last = snapshot
-        return snapshot
-
-    async def _link_news(
-        self, links: Mapping[int, bytes | None] | None
-    ) -> tuple[list[LinkInfo], frozenset[int] | None] | None:
-        """(links changed, ifindexes gone) from the news; with no news, (every link from
-        one dump, None). None: neither could be read (observe() then)."""
-        if links is None:
-            assert self.rtnl is not None
-            try:
-                return await self.rtnl.links(vfs=False), None
-            except KernelError:
-                return None
-        changed: list[LinkInfo] = []
-        try:
-            for message in links.values():
-                if message is not None:
-                    changed.append(parse_link(message))
-        except (ValueError, IndexError, KeyError, struct.error):
-            return None  # a message this reader does not understand: dump-free no longer
-        return changed, frozenset(i for i, m in links.items() if m is None)
-
-    async def _observe_once(self) -> tuple[Observed, bool]:
-        links: dict[str, LinkInfo] | None = None
-        notes: list[str] = []
-        reason = f"VF settings are read over netlink, which cannot see into {self.sysfs.root}"
-        if self.rtnl is not None:
-            try:
-                links = {link.name: link for link in await self.rtnl.links()}
-            except KernelError as exc:
-                reason = f"rtnetlink could not be read: {exc}"
-                notes.append(reason)
-        # While a guarded stop runs, no RDMA netlink socket either: opening one makes the
-        # kernel load ib_core again the moment the stop has unloaded it.
-        paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        rdma_links, rdma_netlink, unread = await self._rdma_read(notes, paused=paused)
-        snapshot = observe(
-            self.sysfs,
-            links,
-            rdma_links,
-            rdma_netlink=rdma_netlink,
-            no_netlink_reason=reason,
-            now=self.clock.wall(),
-            peermem_probe=self.peermem_probe,
-            module_probe=self.module_probe,
-            rdma_users_unknown=unread,
-        )
-        if notes:
-            snapshot = _with_note(snapshot, *notes)
-        consistent = links is None or {n.name for n in snapshot.netdevs} <= set(links)
-        return snapshot, consistent
-
-    async def _rdma_links(
-        self, notes: list[str], *, paused: bool = False
-    ) -> tuple[list[RdmaLinkObserved] | None, bool]:
-        """RDMA links over netlink when the kernel has it; (None, False) when it never can.
-
-        ``paused``: read from sysfs (None), never opening a socket that could load ib_core.
-        """
-        links, netlink, _unread = await self._rdma_read(notes, paused=paused)
-        return links, netlink
-
-    async def _rdma_read(
-        self, notes: list[str], *, paused: bool = False
-    ) -> tuple[list[RdmaLinkObserved] | None, bool, str | None]:
-        """``_rdma_links`` and, third, why the kernel users of RDMA devices were not read
-        where some may exist (ib_core loaded): netlink failed, is missing, or a guarded
-        stop stands rdmad back. Links then come from sysfs, their users unknown."""
-        if self.rdma is None:
-            return None, True, None  # not asked: a sysfs tree
-        if not self.sysfs.exists("sys/module/ib_core"):
-            # Opening NETLINK_RDMA makes the kernel load ib_core: observing must never
-            # load a module. Without ib_core there is no RDMA device to list.
-            return (None if paused else []), True, None
-        if paused:
-            return None, True, "RDMA netlink is not read while a guarded stop is in progress"
-        # RdmaNetlink closes its socket after each operation: an open one pins ib_core.
-        if not self._rdma_available():
-            why = self.rdma.reason or "RDMA netlink is not available"
-            notes.append(why)
-            return None, False, why
-        try:
-            return await self.rdma.links(), True, None
-        except KernelError as exc:
-            notes.append(f"RDMA links read from sysfs: {exc}")
-            return None, True, f"RDMA netlink could not be read: {exc}"
-
-    def _rdma_available(self) -> bool:
-        """Probe NETLINK_RDMA once, and again only when ib_core has appeared since.
-
-        Opening the socket makes the kernel request ib_core; probing a kernel that
-        lacks it on every pass would run a modprobe (by the kernel) each time. A failure
-        that may pass (out of descriptors or memory) is not kept: the next pass asks again,
-        or one EMFILE would keep rxe links from being made until ib_core came back.
-        """
-        assert self.rdma is not None
-        core = self.sysfs.exists("sys/module/ib_core")
-        if self._rdma_ok is None or (not self._rdma_ok and core and not self._rdma_probe_core):
-            ok = self.rdma.available()
-            self._rdma_ok = ok if ok or self.rdma.lasting else None
-            self._rdma_probe_core = core
-            return ok
-        return self._rdma_ok
+        super().close()
 
     # --- apply ------------------------------------------------------------------------
 
@@ -414,7 +180,7 @@ class KernelHost:
         log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
         return ApplyResult(action, Outcome.STALE, tuple(writes), f"stale: {why}")
 
-    # --- reflexes (kernel.reflex): armed by the agent at rest, disarmed by its next pass ---
+    # --- reflexes (kernel.events.reflex): armed by the agent at rest, disarmed by its next pass ---
 
     def arm_reflexes(
         self,
@@ -580,19 +346,6 @@ class KernelHost:
                 ) from None
         return None
 
-    async def _fresh_rdma_links(self) -> list[RdmaLinkObserved]:
-        """The RDMA links now, for a re-check; when they cannot be read again, the last
-        observation's, with their kernel users unknown if those could exist."""
-        paused = read_pause(self.sysfs, self.clock.wall()) is not None
-        links, _, unread = await self._rdma_read([], paused=paused)
-        if links is not None:
-            return links
-        last = list(self.last.rdma_links) if self.last is not None else []
-        if unread is None:
-            return last
-        users = Usage(Use.UNKNOWN, (f"kernel users unknown: {unread}",))
-        return [replace(r, usage=combine(r.usage, users)) for r in last]
-
     # --- VF settings (rtnetlink) ----------------------------------------------------------
 
     async def _set_vf_settings(self, action: SetVfSettings) -> list[KernelError | None]:
@@ -653,10 +406,3 @@ class KernelHost:
             raise KernelError(op, "", errno_mod.EPROTONOSUPPORT, why or "no RDMA netlink here")
         self._rdma_ok = True
         return self.rdma
-
-
-def _with_note(snapshot: Observed, *notes: str) -> Observed:
-    return replace(snapshot, notes=(*snapshot.notes, *notes))
-
-
-__all__ = ["KernelHost"]

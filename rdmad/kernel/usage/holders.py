@@ -24,7 +24,7 @@ light /proc/*/ns/net pass to name the processes in it).
 a re-check right before a destructive write.
 
 A listing or read that fails here is "unknown" with its reason ("cannot list /proc:
-Too many open files"), never "nothing there" (``Sysfs.Unreadable``). Only where
+Too many open files"), never "nothing there" (``sysfs_files.Unreadable``). Only where
 absence has a meaning is it "none": no /run/libvirt/qemu (no libvirt), no
 /sys/class/infiniband_verbs (ib_uverbs not loaded), a process or fd that went away
 while /proc was walked.
@@ -39,8 +39,9 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netns import ForeignNetdev, NetnsQuery
-from rdmad.kernel.sysfs import CLASS_IB, PCI_DEVICES, PciFunction, Sysfs, Unreadable
+from rdmad.kernel.sysfs import CLASS_IB, PCI_DEVICES, PciFunction, Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
+from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
 from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.

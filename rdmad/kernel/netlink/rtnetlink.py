@@ -11,9 +11,9 @@ import errno
 from collections.abc import Mapping, Sequence
 
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.nlcodec import NLM_F_DUMP
-from rdmad.kernel.nlsock import NetlinkFailure, NetlinkTransport
-from rdmad.kernel.rtnl_codec import (
+from rdmad.kernel.netlink.nlcodec import NLM_F_DUMP
+from rdmad.kernel.netlink.nlsock import NetlinkFailure, NetlinkTransport
+from rdmad.kernel.netlink.rtnl_codec import (
     RTM_GETLINK,
     RTM_NEWLINK,
     RTM_SETLINK,
@@ -23,7 +23,7 @@ from rdmad.kernel.rtnl_codec import (
     encode_set_up,
     parse_link,
 )
-from rdmad.kernel.vf_apply import Piece, VfChangeResult, apply_vf_changes, encode_pieces
+from rdmad.kernel.netlink.vf_apply import Piece, VfChangeResult, apply_vf_changes, encode_pieces
 from rdmad.model import VfChange, VfSettings
 
 NETLINK_ROUTE = 0

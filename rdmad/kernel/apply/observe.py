@@ -22,11 +22,12 @@ from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
 from rdmad.kernel.modules import ModuleProbe, Modules
+from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.rtnl_codec import LinkInfo
-from rdmad.kernel.sysfs import Sysfs, Unreadable
-from rdmad.kernel.usage import (
+from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
+from rdmad.kernel.usage.holders import (
     Libvirt,
     Namespaces,
     OpenFiles,
@@ -161,7 +162,7 @@ def observe_changed(
     renamed or changed its address or state; then everything must be read. An RDMA
     link seen before keeps the holders ``last`` saw (combined with what netlink says
     now: a holder is never dropped unseen); nothing here is the last word on usage,
-    since every destructive write re-checks it against a fresh scan (kernel.recheck).
+    since every destructive write re-checks it against a fresh scan (kernel.apply.recheck).
     """
     before = {n.ifindex: n for n in last.netdevs}
     after: dict[int, NetdevObserved] = {}

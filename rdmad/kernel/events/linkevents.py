@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from rdmad.kernel.nlcodec import NlMsg, split_messages
-from rdmad.kernel.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
-from rdmad.kernel.rtnl_codec import (
+from rdmad.kernel.netlink.nlcodec import NlMsg, split_messages
+from rdmad.kernel.netlink.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
+from rdmad.kernel.netlink.rtnl_codec import (
     CHANGE_ALL,
     IFADDR,
     IFF_UP,
@@ -78,7 +78,7 @@ class LinkEventStream:
         self._names: dict[int, str] = {}
         self.overflows = 0
         # Called with a new link's name as its news is read, before it is queued
-        # (``kernel.reflex``: an rxe add sent from here).
+        # (``kernel.events.reflex``: an rxe add sent from here).
         self.on_added: Callable[[str], None] | None = None
         # Read by a reader callback, not by the iterating task when it next runs: news
         # are taken (and the hook called) as soon as the loop sees the socket readable.

@@ -19,7 +19,7 @@ import socket
 import struct
 import threading
 
-from rdmad.kernel.nlcodec import (
+from rdmad.kernel.netlink.nlcodec import (
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_DUMP_INTR,

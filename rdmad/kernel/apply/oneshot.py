@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from rdmad.kernel.host import KernelHost
-from rdmad.kernel.observe import observe
+from rdmad.kernel.apply.host import KernelHost
+from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Observed
 

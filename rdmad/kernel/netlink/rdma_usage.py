@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from rdmad.kernel.rdma_codec import ResObject
+from rdmad.kernel.netlink.rdma_codec import ResObject
 from rdmad.model.observed import FREE, Usage, Use
 
 # Kernel modules whose objects are part of every registered device (ib_mad is built

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rdmad.kernel.nlcodec import NlMsg, asciiz, attr, cstr, get_uint, iter_attrs, u32
+from rdmad.kernel.netlink.nlcodec import NlMsg, asciiz, attr, cstr, get_uint, iter_attrs, u32
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
