@@ -213,10 +213,14 @@ async def listener() -> AsyncIterator[tuple[MetricsListener, int]]:
 
 
 async def _closed_within(reader: asyncio.StreamReader, bound: float) -> float:
+    """Seconds until the server closed the connection: end of stream, or a reset (a
+    server that closes with bytes of ours still unread, the trickling client's, sends
+    RST instead of FIN; which one comes depends on whether a byte arrived just before)."""
     started = time.monotonic()
     async with asyncio.timeout(bound):
-        while await reader.read(4096):
-            pass
+        with contextlib.suppress(ConnectionResetError):
+            while await reader.read(4096):
+                pass
     return time.monotonic() - started
 
 
