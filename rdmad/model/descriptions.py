@@ -1,0 +1,160 @@
+"""What each config key means, in words for the config reference.
+
+docs/CONFIG-REFERENCE.md is generated from the schema (``rdmad.model.desired``) by
+``python -m rdmad.configref``, which takes each key's type and default from the schema
+and its meaning from here; a key without a meaning here, or a meaning of a key the
+schema does not have, stops the generator (and tests/unit/test_configref.py fails).
+"""
+
+from __future__ import annotations
+
+# The meaning of every table, by its header ("[daemon]", "[[sriov.vf]]"), and of every
+# key, by its path without indexes ("daemon.settle", "sriov.vf.mac", "rxe.netdev.pci").
+DESCRIPTIONS: dict[str, str] = {
+    # [daemon]
+    "[daemon]": (
+        "How the daemon runs. Each key that is valid on its own is used at start even "
+        "when the config as a whole is invalid: logging and the state directory are "
+        "chosen before the rest is read."
+    ),
+    "daemon.drift_interval": (
+        "How often a pass runs without any event, to catch what no event reports; "
+        "events do the work."
+    ),
+    "daemon.settle": (
+        "Kernel events that arrive during a pass or within this window after it are "
+        "answered by one pass."
+    ),
+    "daemon.startup_timeout": (
+        "READY=1 is sent at the latest this long after start, converged or not."
+    ),
+    "daemon.log_format": (
+        "`auto`: `console` on a terminal, `logfmt` otherwise (the journal). "
+        "`rdmad run --log-format` overrides it."
+    ),
+    "daemon.log_level": "The least level logged. `rdmad run --log-level` overrides it.",
+    "daemon.state_dir": (
+        "Where `state.json` (state and history) and `rxe-claims.json` are kept. Left at "
+        "the default, systemd's `StateDirectory=` is used when the unit sets it."
+    ),
+    # [api]
+    "[api]": (
+        "The local UNIX-socket API that `rdmad-ctl` talks to ([API.md](API.md)). Read "
+        "once, at start; an invalid config elsewhere does not take it away."
+    ),
+    "api.socket": "The socket's path; made root:`read_group`, mode 0660, before it listens.",
+    "api.read_group": (
+        "Members may read status, plan, history, config and metrics (root always may). "
+        "A group that does not exist leaves the socket root-only."
+    ),
+    "api.write_group": "Members may also reload and reconcile. Unset: root only.",
+    "api.enabled": "`false` turns the API off.",
+    # [metrics]
+    "[metrics]": (
+        "Prometheus metrics ([METRICS.md](METRICS.md)): always served on the API socket "
+        "at `/metrics`; these keys add a node_exporter textfile and a TCP listener, both "
+        "off by default. Read at start: a change needs a restart."
+    ),
+    "metrics.textfile_dir": (
+        "A node_exporter textfile collector directory: `rdmad.prom` is written there "
+        "atomically. Unset: no textfile."
+    ),
+    "metrics.listen": (
+        "`host:port` of a TCP listener that serves `GET /metrics` only. Loopback "
+        "addresses only (`127.0.0.1`, `[::1]`, `localhost`): it has no authentication. "
+        "Unset: no listener. The packaged unit needs the drop-in "
+        "`/usr/share/rdmad/metrics-tcp.conf` for it."
+    ),
+    "metrics.textfile_interval": (
+        "How often the textfile is rewritten; also soon after each status change, at "
+        "most once a second."
+    ),
+    # [[rxe]]
+    "[[rxe]]": (
+        "One Soft-RoCE (rxe) link each. A later file's `[[rxe]]` with the same `name` "
+        "is the same link: it overrides the keys it sets. One rxe link per netdev."
+    ),
+    "rxe.name": "The RDMA link's name, e.g. `rxe0`.",
+    "rxe.netdev": (
+        "The netdev the link runs on: an inline table with exactly one of `name`, "
+        "`mac`, `pci`. A name follows the name (after a rename the link moves to the "
+        "netdev that carries it); a MAC or PCI address follows the device."
+    ),
+    "rxe.netdev.name": "The netdev by its name.",
+    "rxe.netdev.mac": "The netdev by its permanent or current MAC address.",
+    "rxe.netdev.pci": "The netdev of this PCI function.",
+    # [[sriov]]
+    "[[sriov]]": (
+        "One SR-IOV physical function (PF) each. A later file's `[[sriov]]` with the "
+        "same `pf` reference is the same PF: it overrides the keys it sets."
+    ),
+    "sriov.pf": (
+        "The PF: an inline table with exactly one of `name`, `mac`, `pci` (a PCI "
+        "address is stable across renames). A reference that matches several PFs (a "
+        "MAC shared by two ports) is blocked."
+    ),
+    "sriov.pf.name": "The PF by its netdev's name.",
+    "sriov.pf.mac": "The PF by its netdev's permanent or current MAC address.",
+    "sriov.pf.pci": "The PF by its PCI address.",
+    "sriov.numvfs": (
+        "How many VFs the PF has. A non-zero count changes only through 0, and only "
+        "while no VF is in use."
+    ),
+    "sriov.driver_guard": (
+        "Refuse `modprobe -r` of the PF's driver while its VFs are in use (a hook rdmad "
+        "keeps in `/etc/modprobe.d/rdmad-guard.conf`; [GUARD.md](GUARD.md))."
+    ),
+    "sriov.in_use_drift": (
+        "A VF in use whose settings drifted from the declaration: `report` says so and "
+        "leaves it alone; `apply` rewrites it anyway (on several drivers that resets "
+        "the VF under its user). A `[[sriov.vf]]` may set its own."
+    ),
+    "sriov.vf": "The declared VFs of this PF, one `[[sriov.vf]]` each.",
+    # [[sriov.vf]]
+    "[[sriov.vf]]": (
+        "One VF of the `[[sriov]]` above it. An attribute left out is never touched. A "
+        "later file's `[[sriov.vf]]` with the same `index` under the same PF is the same "
+        "VF: it overrides the keys it sets."
+    ),
+    "sriov.vf.index": "The VF's number: below `numvfs`, each index once per PF.",
+    "sriov.vf.mac": "The VF's MAC address.",
+    "sriov.vf.vlan": "The VF's VLAN ID (0: none).",
+    "sriov.vf.qos": "The VLAN priority; needs `vlan`.",
+    "sriov.vf.vlan_proto": "The VLAN protocol; needs `vlan`.",
+    "sriov.vf.spoofchk": "Spoof checking of the VF's source MAC and VLAN.",
+    "sriov.vf.trust": (
+        "Trust: a trusted VF may change its own MAC and use promiscuous or all-multicast mode."
+    ),
+    "sriov.vf.link_state": ("`auto`: the VF's link follows the PF's; `enable`, `disable`: forced."),
+    "sriov.vf.min_tx_rate": (
+        "Minimum transmit rate, Mbit/s; not above `max_tx_rate` unless that is 0."
+    ),
+    "sriov.vf.max_tx_rate": "Maximum transmit rate, Mbit/s; 0: unlimited.",
+    "sriov.vf.query_rss": "May the VF query the PF's RSS configuration.",
+    "sriov.vf.driver": (
+        "The kernel driver the VF is bound to (e.g. `vfio-pci` for passthrough), "
+        'changed only while the VF is free; `"none"` keeps it unbound (through '
+        "`driver_override`), for tools that bind it themselves."
+    ),
+    "sriov.vf.in_use_drift": "This VF's own `in_use_drift`. Unset: the PF's.",
+    "sriov.vf.node_guid": (
+        "InfiniBand VFs only: the node GUID; set by re-binding the VF, so only while it is free."
+    ),
+    "sriov.vf.port_guid": (
+        "InfiniBand VFs only: the port GUID; set by re-binding the VF, so only while it is free."
+    ),
+    "sriov.vf.policy": (
+        "InfiniBand VFs only: the link policy; on a VF in use, as `in_use_drift` says."
+    ),
+    # [peermem]
+    "[peermem]": (
+        "GPUDirect peer memory: the peer-memory module for the running kernel "
+        "(`nvidia-peermem`, else `nvidia-p2p`) loaded when `nvidia` and `ib_core` both "
+        "are; never unloaded."
+    ),
+    "peermem.mode": (
+        "`auto`: load it; while it cannot be, the object is blocked (converged, with a "
+        "note, when DMA-BUF works without it). `require`: load it; degraded while it is "
+        "not loaded. `off`: never load it."
+    ),
+}
