@@ -106,15 +106,18 @@ print(time.monotonic() - t0)
 """
 
 
-def root_status(g: Guest) -> tuple[int, float, float]:
-    """`rdmad-ctl status` as root: (its exit code, the seconds it took, the seconds
-    root's request alone took), on the guest's clock."""
-    rc, t0, t1, request = g.check(
+def root_status(g: Guest) -> tuple[int, float, float, str]:
+    """`rdmad-ctl status` as root: (its exit code, the seconds the whole command took,
+    the seconds root's request alone took, on the guest's clock; what it wrote to
+    stderr: only a failed request writes there, a timeout among them)."""
+    out = g.check(
         "t0=$(date +%s.%N); rdmad-ctl status >/dev/null 2>/tmp/lab-status.err; rc=$?; "
-        f"t1=$(date +%s.%N); echo $rc $t0 $t1 $(python3 -I {PROBE})",
+        f"t1=$(date +%s.%N); echo $rc $t0 $t1 $(python3 -I {PROBE}); cat /tmp/lab-status.err",
         timeout=60,
-    ).split()
-    return int(rc), float(t1) - float(t0), float(request)
+    )
+    first, _, err = out.partition("\n")
+    rc, t0, t1, request = first.split()
+    return int(rc), float(t1) - float(t0), float(request), err.strip()
 
 
 def rdmad_fds(g: Guest) -> int:
@@ -194,10 +197,13 @@ def test_a_local_flood_leaves_root_its_status_and_the_rxe_link_restored(rdmad: G
     log(f"flood: baseline {baseline}, during {during}, rxe back in {restored:.3f} s")
     log(f"flood: rdmad fds {fds_before} before, {fds_during} during; reports {reports}")
 
-    # Root answered every time, within rdmad-ctl's own timeout.
-    assert all(rc in (0, 1) for rc, _, _ in during), (during, g.run("cat /tmp/lab-status.err").out)
-    assert max(seconds for _, seconds, _ in during) < CTL_TIMEOUT, during
-    assert max(request for _, _, request in during) < 1.0, during
+    # Root answered every time, within rdmad-ctl's own timeout (on the request: a
+    # timeout exits 1 like "not converged", but writes its error to stderr). The whole
+    # command's time is logged, not asserted: under TCG, most of it is the interpreter
+    # starting while the floods hold the guest's CPUs, not rdmad answering (seen: 5.3 s
+    # for a command whose request took 0.07 s).
+    assert all(rc in (0, 1) and not err for rc, _, _, err in during), during
+    assert max(request for _, _, request, _ in during) < CTL_TIMEOUT, during
     assert restored < 30.0
     # The floods were held to their bounds: 32 TCP connections at once from both
     # processes together, 32 from the group member; everything past was refused.
