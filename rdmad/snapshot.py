@@ -96,8 +96,9 @@ def _sriov(pf: PfObserved) -> list[str]:
         lines[-1] += f"  # {pf.netdev}, driver {pf.driver or 'none'}"
     lines.append(f"numvfs = {pf.numvfs}")
     lines.extend(_unknown_vfs(pf))
+    shared = _shared_macs(pf)
     for vf in pf.vfs:
-        body = list(_vf(pf, vf))
+        body = list(_vf(pf, vf, shared.get(vf.index)))
         if body:
             lines += ["", "[[sriov.vf]]", f"index = {vf.index}", *body]
     return lines
@@ -115,9 +116,23 @@ def _unknown_vfs(pf: PfObserved) -> Iterator[str]:
         yield f"# VF {_ranges(unread)}: settings unknown ({why}), so not declared"
 
 
-def _vf(pf: PfObserved, vf: VfObserved) -> Iterable[str]:
+def _shared_macs(pf: PfObserved) -> dict[int, int]:
+    """VF index -> the first VF of this PF with the same MAC (the config declares a MAC
+    for one VF of a PF only; the later ones are written as comments)."""
+    first: dict[str, int] = {}
+    shared = {}
+    for vf in pf.vfs:
+        mac = vf.settings.mac if vf.settings is not None else None
+        if mac and mac != ZERO_MAC:
+            shared_with = first.setdefault(mac.lower(), vf.index)
+            if shared_with != vf.index:
+                shared[vf.index] = shared_with
+    return shared
+
+
+def _vf(pf: PfObserved, vf: VfObserved, mac_of: int | None = None) -> Iterable[str]:
     if vf.settings is not None:
-        yield from _settings(pf.driver or "", vf.settings)
+        yield from _settings(pf.driver or "", vf.settings, mac_of)
     yield from _driver(pf, vf)
     if vf.ib is not None:
         for key in ("node_guid", "port_guid"):
@@ -144,13 +159,16 @@ def _driver(pf: PfObserved, vf: VfObserved) -> Iterator[str]:
         yield f"driver = {_str(vf.driver)}  # {pf.pci} has sriov_drivers_autoprobe = 0"
 
 
-def _settings(pf_driver: str, s: VfSettings) -> Iterator[str]:
+def _settings(pf_driver: str, s: VfSettings, mac_of: int | None = None) -> Iterator[str]:
     refused = UNSETTABLE.get(pf_driver, {})
     unreported = []
     for key in _SETTING_KEYS:
         value = getattr(s, key)
         if key == "mac" and value == ZERO_MAC:
             continue  # the "no MAC assigned" marker: nothing to restore
+        if key == "mac" and mac_of is not None:
+            yield f"# mac = {_value(value)}  (VF {mac_of}'s too: declared for one VF of a PF)"
+            continue
         if key in ("qos", "vlan_proto") and not s.vlan:
             continue  # meaningless without a VLAN; the config requires vlan with them
         if value is None:

@@ -10,6 +10,9 @@ Merge rules (documented in etc/rdmad/rdmad.toml too):
   Nested tables (``netdev``, ``pf``) are replaced whole.
 * ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF, same rule;
   a VF's ``in_use_drift`` left unset follows its PF's.
+* Within ONE file, overriding is not a merge but a mistake (two ``[[rxe]]`` with one
+  ``name``, two ``[[sriov.vf]]`` with one ``index`` under one PF): the merge goes on as
+  above, and ``repeats`` keeps both places so validation refuses the config.
 
 Nothing here judges a value: a wrong shape or an unknown key is kept where it was
 found so that validation (``validation.py``) reports it with its file.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmad.config.errors import ConfigError
 from rdmad.model.validation import Loc, render
 
 
@@ -30,6 +34,10 @@ class Merger:
         # merged location -> (file, location in that file)
         self._origin: dict[Loc, tuple[str, Loc]] = {}
         self._last_file = ""
+        # Objects declared twice within one file: both places, as errors.
+        self.repeats: list[ConfigError] = []
+        # For the file being added: merged location -> its first place in that file.
+        self._in_file: dict[Loc, Loc] = {}
 
     def origin(self, loc: Loc) -> tuple[str, str]:
         for cut in range(len(loc), 0, -1):
@@ -42,8 +50,18 @@ class Merger:
     def _set(self, loc: Loc, file: str, file_loc: Loc) -> None:
         self._origin[loc] = (file, file_loc)
 
+    def _seen_in_file(self, file: str, merged: Loc, here: Loc, what: str) -> None:
+        """Record ``here`` as declaring the object at ``merged``; a second declaration
+        of it in the same file is a repeat, named with the first."""
+        first = self._in_file.setdefault(merged, here)
+        if first != here:
+            self.repeats.append(
+                ConfigError(file, render(here), f"{what} is already declared at {render(first)}")
+            )
+
     def add(self, file: str, doc: dict[str, Any]) -> None:
         self._last_file = file
+        self._in_file = {}
         for key, value in doc.items():
             if key in ("rxe", "sriov") and isinstance(value, list):
                 for i, item in enumerate(value):
@@ -69,9 +87,13 @@ class Merger:
             (n for n, o in enumerate(objects) if identity and _identity(section, o) == identity),
             None,
         )
+        if index is not None and section == "rxe" and isinstance(item, dict):
+            self._seen_in_file(file, (section, index), (section, i), f"rxe {item['name']!r}")
         if index is None or not isinstance(item, dict):
             objects.append(dict(item) if isinstance(item, dict) else item)
             index = len(objects) - 1
+            if section == "rxe" and identity:
+                self._in_file[(section, index)] = (section, i)
             self._set((section, index), file, (section, i))
             if isinstance(item, dict):
                 for key in item:
@@ -110,6 +132,13 @@ class Merger:
             match = len(vfs) - 1
             self._set(("sriov", pf_index, "vf", match), file, ("sriov", file_pf, "vf", j))
         target = vfs[match]
+        if isinstance(vf, dict) and isinstance(vf.get("index"), int):
+            self._seen_in_file(
+                file,
+                ("sriov", pf_index, "vf", match),
+                ("sriov", file_pf, "vf", j),
+                f"VF {vf['index']} of this PF",
+            )
         if isinstance(vf, dict):
             for key, value in vf.items():
                 target[key] = value

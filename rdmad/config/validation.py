@@ -18,7 +18,7 @@ def parse(docs: Iterable[tuple[str, dict[str, Any]]]) -> tuple[Desired | None, l
     merger = Merger()
     for file, doc in docs:
         merger.add(file, doc)
-    errors: list[ConfigError] = []
+    errors: list[ConfigError] = list(merger.repeats)
     try:
         desired = validate(Desired, merger.merged)
     except SpecError as exc:
@@ -27,6 +27,7 @@ def parse(docs: Iterable[tuple[str, dict[str, Any]]]) -> tuple[Desired | None, l
             errors.append(ConfigError(file, path, message))
         return None, errors
     errors.extend(_cross_checks(desired, merger))
+    errors.extend(_one_mac_per_vf(desired, merger))
     return (None if errors else desired), errors
 
 
@@ -48,4 +49,28 @@ def _cross_checks(desired: Desired, merger: Merger) -> list[ConfigError]:
             )
         else:
             seen[rxe.netdev] = i
+    return errors
+
+
+def _one_mac_per_vf(desired: Desired, merger: Merger) -> list[ConfigError]:
+    """The same MAC declared for two VFs of one PF: on the PF's embedded switch each would
+    answer for the other. Named at the second, with the first's file and key.
+
+    Two VFs of two PFs may share one: a VM bonding a VF of each port for failover is given
+    the same MAC on both (with spoof checking on, the bond's MAC must be each VF's own).
+    """
+    errors = []
+    for i, pf in enumerate(desired.sriov):
+        first: dict[str, tuple[str, str]] = {}
+        for j, vf in enumerate(pf.vf):
+            if (mac := vf.mac) is None:
+                continue
+            file, path = merger.origin(("sriov", i, "vf", j, "mac"))
+            key = str(mac).lower()
+            if key in first:
+                other_file, other_path = first[key]
+                where = other_path if other_file == file else f"{other_file}: {other_path}"
+                errors.append(ConfigError(file, path, f"MAC {key} is also declared at {where}"))
+            else:
+                first[key] = (file, path)
     return errors

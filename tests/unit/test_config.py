@@ -109,7 +109,7 @@ vf = [ { index = 0 }, { index = 2 } ]
 
 
 def test_duplicate_vf_index_within_one_file(tmp_path: Path) -> None:
-    write(
+    path = write(
         tmp_path,
         "rdmad.toml",
         """
@@ -119,9 +119,111 @@ numvfs = 2
 vf = [ { index = 1, trust = true }, { index = 1, trust = false } ]
 """,
     )
-    # Same index in one list is merged like a drop-in would: the later entry wins.
+    # Within one file a second declaration is a mistake, not an override: both named.
+    assert errors_of(path) == [
+        f"{path}: sriov[0].vf[1]: VF 1 of this PF is already declared at sriov[0].vf[0]"
+    ]
+
+
+def test_duplicate_vf_index_under_two_entries_for_one_pf_in_one_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "rdmad.toml",
+        """
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+numvfs = 2
+vf = [ { index = 0, trust = true } ]
+
+[[sriov]]
+pf = { pci = "3b:00.0" }
+vf = [ { index = 0, trust = false } ]
+""",
+    )
+    [err] = errors_of(path)
+    assert err == f"{path}: sriov[1].vf[0]: VF 0 of this PF is already declared at sriov[0].vf[0]"
+
+
+def test_duplicate_rxe_name_within_one_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "rdmad.toml",
+        """
+[[rxe]]
+name = "rxe0"
+netdev = { name = "eth0" }
+
+[[rxe]]
+name = "rxe0"
+netdev = { name = "eth1" }
+""",
+    )
+    assert errors_of(path) == [f"{path}: rxe[1]: rxe 'rxe0' is already declared at rxe[0]"]
+
+
+def test_a_dropin_still_overrides_what_another_file_declared(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "rdmad.toml",
+        """
+[[rxe]]
+name = "rxe0"
+netdev = { name = "eth0" }
+
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+numvfs = 2
+vf = [ { index = 1, trust = true } ]
+""",
+    )
+    write(
+        tmp_path,
+        "rdmad.d/10-site.toml",
+        """
+[[rxe]]
+name = "rxe0"
+netdev = { name = "eth1" }
+
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+vf = [ { index = 1, trust = false } ]
+""",
+    )
     d = load(tmp_path).desired
+    assert [r.netdev.name for r in d.rxe] == ["eth1"]
     assert [(v.index, v.trust) for v in d.sriov[0].vf] == [(1, False)]
+
+
+def test_one_mac_for_two_vfs_of_a_pf_names_both_places(tmp_path: Path) -> None:
+    main = write(
+        tmp_path,
+        "rdmad.toml",
+        """
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+numvfs = 3
+vf = [ { index = 0, mac = "02:00:00:00:00:01" }, { index = 1, mac = "02:00:00:00:00:01" } ]
+
+[[sriov]]
+pf = { pci = "0000:3c:00.0" }
+numvfs = 1
+vf = [ { index = 0, mac = "02:00:00:00:00:01" } ]  # a bonded pair across ports: allowed
+""",
+    )
+    dropin = write(
+        tmp_path,
+        "rdmad.d/10-other.toml",
+        """
+[[sriov]]
+pf = { pci = "0000:3b:00.0" }
+vf = [ { index = 2, mac = "02:00:00:00:00:01" } ]
+""",
+    )
+    mac = "MAC 02:00:00:00:00:01 is also declared at"
+    assert errors_of(tmp_path) == [
+        f"{main}: sriov[0].vf[1].mac: {mac} sriov[0].vf[0].mac",
+        f"{dropin}: sriov[0].vf[0].mac: {mac} {main}: sriov[0].vf[0].mac",
+    ]
 
 
 def test_two_rxe_on_one_netdev(tmp_path: Path) -> None:

@@ -233,3 +233,13 @@ def test_rxe_link_without_netdev_is_said_not_declared() -> None:
     text, actions = round_trip(node(rdma=(RdmaLinkObserved("rxe3", "rxe", None),)))
     assert actions == [] and "[[rxe]]" not in text
     assert "# rxe link rxe3 has no netdev now, so it is not declared" in text
+
+
+def test_a_mac_two_vfs_of_a_pf_share_is_declared_once() -> None:
+    """Two VFs of one PF set by hand to one MAC: the config may declare it for one of
+    them (a second is an error naming both); the other's is written as a comment."""
+    text, actions = round_trip(node(igb_pf(igb_vf(0), igb_vf(1))))
+    assert actions == []
+    [sriov] = parsed(text).sriov
+    assert [v.mac for v in sriov.vf] == ["02:00:00:00:01:00", None]
+    assert '# mac = "02:00:00:00:01:00"  (VF 0\'s too: declared for one VF of a PF)' in text
