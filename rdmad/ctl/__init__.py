@@ -42,6 +42,9 @@ def run(argv: list[str] | None, ctx: Ctx) -> int:
     if args.command is None:
         p.print_help(sys.stderr)
         return exits.USAGE
+    from rdmad.ctl.paths import resolve
+
+    resolve(args, os.environ, ctx.warn)
     try:
         code = COMMANDS[args.command](args, ctx, Client(args.socket, args.timeout))
         ctx.out.flush()  # here, where a reader that went away is handled, not at exit

@@ -2,7 +2,7 @@
 the ``--since`` time parser.
 
 Options common to every command (``--json``, ``--socket``, ``--timeout``,
-``--state-dir``) are accepted before or after the command name: operators type
+``--state-dir``, ``--config``) are accepted before or after the command name: operators type
 ``rdmad-ctl status --json`` as often as ``rdmad-ctl --json status``.
 """
 
@@ -15,6 +15,7 @@ from rdmad import __version__
 from rdmad.ctl import exits
 from rdmad.ctl.client import DEFAULT_SOCKET
 from rdmad.ctl.offline import DEFAULT_STATE_DIR
+from rdmad.ctl.paths import DEFAULT_CONFIG
 
 DESCRIPTION = """\
 rdmad-ctl asks the running rdmad daemon, over its local API socket, what the
@@ -42,14 +43,15 @@ examples:
 
 files:
   {DEFAULT_SOCKET}
-      the API socket (root:rdmad 0660; [api] socket in the config)
+      the API socket (root:rdmad 0660); rdmad-ctl reads [api] socket from the config
   {DEFAULT_STATE_DIR}/state.json
-      the daemon's saved state, read when the daemon is down (--state-dir)
+      the daemon's saved state, read when the daemon is down ([daemon] state_dir)
   /etc/rdmad/rdmad.toml, /etc/rdmad/rdmad.d/*.toml
-      the config the daemon reads (`rdmad-ctl config` shows the effective one)
+      the config the daemon reads (`rdmad-ctl config` shows the effective one);
+      rdmad-ctl takes the socket and state directory from it (--config DIR|FILE)
 
 environment:
-  RDMAD_SOCKET   the API socket, instead of {DEFAULT_SOCKET} (--socket wins)
+  RDMAD_SOCKET   the API socket (--socket wins over it; it wins over the config)
   NO_COLOR       no colour even on a terminal (colour is only ever on a terminal)
 
 The API itself is documented in docs/API.md; anything that speaks HTTP over a
@@ -180,21 +182,20 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, width=max(columns - 2, 40))
 
 
-VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir")
+VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir", "--config")
 
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``argv``, only the sub-command it names is built in
     full (each costs a millisecond or so of start-up), all of them when it names none."""
-    env_socket = os.environ.get("RDMAD_SOCKET") or DEFAULT_SOCKET
     p = argparse.ArgumentParser(
         prog="rdmad-ctl", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help
     )
     p.add_argument("--version", action="version", version=f"rdmad-ctl {__version__}")
-    _common(p, env_socket, suppress=False)
+    _common(p, suppress=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False, formatter_class=_Help)
-    _common(common, env_socket, suppress=True)
+    _common(common, suppress=True)
     wanted = _command_in(argv)
     for name, (summary, details) in COMMANDS.items():
         if wanted is None or name == wanted:
@@ -253,12 +254,6 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         )
     elif name == "doctor":
         cmd.add_argument(
-            "--config",
-            default="/etc/rdmad",
-            metavar="DIR|FILE",
-            help="rdmad's config, for [peermem] mode and the declared PFs (default /etc/rdmad)",
-        )
-        cmd.add_argument(
             "--root",
             default="/",
             metavar="DIR",
@@ -286,7 +281,7 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("--reason", default="rdmad-ctl pause", help="shown in status")
 
 
-def _common(p: argparse.ArgumentParser, env_socket: str, suppress: bool) -> None:
+def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """The options every command takes; on the sub-parsers without defaults, so one
     given before the command is not overwritten by the sub-parser's default."""
 
@@ -296,9 +291,10 @@ def _common(p: argparse.ArgumentParser, env_socket: str, suppress: bool) -> None
     p.add_argument("--json", action="store_true", default=d(False), help="the API's JSON")
     p.add_argument(
         "--socket",
-        default=d(env_socket),
+        default=d(None),
         metavar="PATH",
-        help=f"the API socket (default $RDMAD_SOCKET or {DEFAULT_SOCKET})",
+        help=f"the API socket (default $RDMAD_SOCKET, else [api] socket of the config, "
+        f"else {DEFAULT_SOCKET})",
     )
     p.add_argument(
         "--timeout",
@@ -309,10 +305,17 @@ def _common(p: argparse.ArgumentParser, env_socket: str, suppress: bool) -> None
     )
     p.add_argument(
         "--state-dir",
-        default=d(DEFAULT_STATE_DIR),
+        default=d(None),
         metavar="DIR",
-        help=f"where the daemon saves its state, read when it is down (default "
-        f"{DEFAULT_STATE_DIR})",
+        help=f"where the daemon saves its state, read when it is down (default [daemon] "
+        f"state_dir of the config, else {DEFAULT_STATE_DIR})",
+    )
+    p.add_argument(
+        "--config",
+        default=d(DEFAULT_CONFIG),
+        metavar="DIR|FILE",
+        help="rdmad's config: the socket and state directory when not given, and for "
+        f"doctor [peermem] mode and the declared PFs (default {DEFAULT_CONFIG})",
     )
 
 

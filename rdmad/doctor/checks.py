@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections import Counter
 from typing import Any
 
@@ -24,6 +23,7 @@ from rdmad.peermem.choice import decide
 from rdmad.peermem.facts import gather, kmsg_text
 from rdmad.peermem.findings import log_findings
 from rdmad.peermem.names import CANDIDATES, PEER_API, modprobe_name
+from rdmad.tomlfiles import read_documents
 
 MOFED_MIN = (23, 10)  # seed 002: "Mellanox OFED drivers version 23.10 or above"
 MELLANOX = "0x15b3"
@@ -64,32 +64,13 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     them: key by key for [peermem], later PF entries win); a note when unreadable."""
     if where is None:
         return {}, "no config given"
-    if os.path.isdir(where):
-        files = (
-            [os.path.join(where, "rdmad.toml")]
-            if os.path.exists(os.path.join(where, "rdmad.toml"))
-            else []
-        )
-        drop = os.path.join(where, "rdmad.d")
-        if os.path.isdir(drop):
-            try:
-                names = sorted(n for n in os.listdir(drop) if n.endswith(".toml"))
-            except OSError as exc:
-                return {}, f"{drop}: {exc.strerror}"
-            files += [os.path.join(drop, n) for n in names]
-    elif os.path.exists(where):
-        files = [where]
-    else:
+    if not os.path.lexists(where):
         return {}, f"no config: {where} does not exist"
+    docs, note = read_documents(where)
+    if note is not None:
+        return {}, note
     merged: dict[str, Any] = {"peermem": {}, "sriov": {}}
-    for path in files:
-        try:
-            with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
-        except OSError as exc:
-            return {}, f"{path}: {exc.strerror}"
-        except tomllib.TOMLDecodeError as exc:
-            return {}, f"{path}: not valid TOML: {exc}"
+    for _, doc in docs:
         pm = doc.get("peermem")
         if isinstance(pm, dict):
             merged["peermem"].update(pm)
@@ -98,7 +79,7 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
                 key = tuple(sorted((str(k), str(v)) for k, v in entry["pf"].items()))
                 merged["sriov"][key] = {**merged["sriov"].get(key, {}), **entry}
     merged["sriov"] = list(merged["sriov"].values())
-    if not files:
+    if not docs:
         return merged, f"no config files in {where}"
     return merged, None
 

@@ -180,7 +180,10 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
     doc = json.loads(proc.stdout)
     assert doc["blocking"] is True
     loaded = set(proc.stderr.split())
-    allowed = ("rdmad.ctl", "rdmad.doctor", "rdmad.peermem", "rdmad.modsupport", "rdmad.text")
+    allowed = (
+        "rdmad.ctl", "rdmad.doctor", "rdmad.peermem", "rdmad.modsupport", "rdmad.text",
+        "rdmad.tomlfiles",
+    )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before
 
