@@ -25,7 +25,7 @@ _rdmad_ctl() {
     local prev=""
     ((${#words[@]})) && prev=${words[${#words[@]} - 1]}
     local commands="status plan history watch reload reconcile snapshot config doctor guard pause resume"
-    local common="--json --socket --timeout --state-dir --help"
+    local common="--json --socket --timeout --state-dir --config --help"
     COMPREPLY=()
 
     case $prev in
@@ -60,7 +60,7 @@ _rdmad_ctl() {
     snapshot) opts="-o --output" ;;
     guard) opts="--force" ;;
     pause) opts="--for --reason" ;;
-    doctor) opts="--config --root" ;;
+    doctor) opts="--root" ;;
     esac
     if [[ $cur == -* ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$opts $common" -- "$cur")
