@@ -291,20 +291,6 @@ class Sysfs(SysfsFiles):
         connections, a missing /proc): then nobody's open files are known."""
         return [entry for entry in self.entries("proc") if entry.isdigit()]
 
-    def fd_targets(self, pid: str) -> list[str]:
-        base = self.path(f"proc/{pid}/fd")
-        out = []
-        try:
-            entries = os.listdir(base)
-        except OSError:
-            return []
-        for fd in entries:
-            try:
-                out.append(os.readlink(f"{base}/{fd}"))
-            except OSError:
-                continue  # fd closed meanwhile
-        return out
-
     def comm(self, pid: str) -> str:
         """A process's name, for messages only: "?" when it cannot be read."""
         try:
