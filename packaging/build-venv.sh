@@ -35,8 +35,15 @@ log "runtime dependencies from packaging/requirements.lock"
     -r "$src/packaging/requirements.lock"
 log "rdmad from $src"
 "${pip[@]}" install -q --no-deps --no-build-isolation --no-index "$src"
+# The man pages, from the argument parsers and the config schema of what was just
+# installed (rdmad/manpages.py). argparse-manpage is a build tool like the others
+# (packaging/docs-requirements.lock; an sdist, built with the setuptools above).
+log "man pages"
+"${pip[@]}" install -q --require-hashes --no-deps --no-build-isolation \
+    -r "$src/packaging/docs-requirements.lock"
+(cd / && "$venv/bin/python" -I -m rdmad.manpages "$destdir/usr/share/man" >/dev/null)
 # The build tools and pip are not needed to run rdmad.
-"${pip[@]}" uninstall -q -y wheel setuptools packaging pip
+"${pip[@]}" uninstall -q -y argparse-manpage wheel setuptools packaging pip
 
 site=$(echo "$venv"/lib/python3*/site-packages)
 # A venv is not relocatable: replace everything that names the build path.

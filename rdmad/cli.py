@@ -29,9 +29,9 @@ BOOT_ID = "proc/sys/kernel/random/boot_id"  # under --root
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     if args.command is None:
-        _parser().print_help()
+        parser().print_help()
         return EXIT_INPUT
     handler = {
         "check-config": cmd_check_config,
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     return handler(args)
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rdmad", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"rdmad {__version__}")
     sub = p.add_subparsers(dest="command")
@@ -94,8 +94,19 @@ def _parser() -> argparse.ArgumentParser:
     _config_arg(rn)
     rn.add_argument("--foreground", action="store_true", help="accepted; always the case")
     rn.add_argument("--dry-run", action="store_true", help="log the actions, change nothing")
-    rn.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
-    rn.add_argument("--log-format", choices=["auto", "json", "logfmt", "console"], default=None)
+    rn.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
+        help="the least level logged (default: [daemon] log_level of the config, info)",
+    )
+    rn.add_argument(
+        "--log-format",
+        choices=["auto", "json", "logfmt", "console"],
+        default=None,
+        help="default: [daemon] log_format of the config; auto is console on a terminal, "
+        "logfmt otherwise (the journal)",
+    )
     return p
 
 

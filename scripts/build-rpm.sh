@@ -4,8 +4,9 @@
 #   bash scripts/build-rpm.sh [--out DIR]
 #
 # Prints the .rpm's path on stdout; cached like build-deb.sh (DIR/cache/rpm-KEY/).
-# rpmbuild runs with --nodeps: on Debian the RHEL build requirement (python3.11)
-# is the system's own python3.11, which the venv is built with.
+# rpmbuild runs with --nodeps: on Debian the RHEL build requirements (python3.11,
+# systemd-rpm-macros) are the system's own python3.11, which the venv is built with,
+# and packaging/rpm/macros.systemd-fallback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$PWD/dist
@@ -34,8 +35,15 @@ trap 'rm -rf "$top"' EXIT
 mkdir -p "$top"/{SOURCES,SPECS,BUILD,RPMS,SRPMS,stage/rdmad-$version}
 tar -cf - "${existing[@]}" | tar -C "$top/stage/rdmad-$version" -xf -
 tar -C "$top/stage" -czf "$top/SOURCES/rdmad-$version.tar.gz" "rdmad-$version"
+cp packaging/requirements.lock "$top/SOURCES/"
+# systemd's scriptlet macros, from systemd-rpm-macros where the machine has them.
+macros=()
+if [[ -z $(rpm --eval '%{?systemd_post:yes}') ]]; then
+    log "no systemd-rpm-macros here: packaging/rpm/macros.systemd-fallback stands in"
+    macros=(--load "$PWD/packaging/rpm/macros.systemd-fallback")
+fi
 log "rpmbuild rdmad $version"
-env PATH=/usr/sbin:/usr/bin:/sbin:/bin rpmbuild -bb --nodeps \
+env PATH=/usr/sbin:/usr/bin:/sbin:/bin rpmbuild -bb --nodeps "${macros[@]}" \
     --define "_topdir $top" --define "rdmad_version $version" \
     packaging/rpm/rdmad.spec >"$top/build.log" 2>&1 || {
     tail -40 "$top/build.log" >&2

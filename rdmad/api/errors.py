@@ -51,7 +51,7 @@ def json_error(status: int, message: str, headers: dict[str, str] | None = None)
 
 def _http_message(exc: web.HTTPException) -> str:
     if exc.status == 404:
-        return "no such endpoint (see docs/API.md: /v1/status, /v1/plan, ...)"
+        return "no such endpoint (see /usr/share/doc/rdmad/API.md: /v1/status, /v1/plan, ...)"
     if exc.status == 413:
         return "request body too large (limit 64 KiB)"
     return exc.reason

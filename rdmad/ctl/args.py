@@ -54,8 +54,9 @@ environment:
   RDMAD_SOCKET   the API socket (--socket wins over it; it wins over the config)
   NO_COLOR       no colour even on a terminal (colour is only ever on a terminal)
 
-The API itself is documented in docs/API.md; anything that speaks HTTP over a
-UNIX socket can use it: curl --unix-socket {DEFAULT_SOCKET} http://rdmad/v1/status
+The API is documented in /usr/share/doc/rdmad/API.md, its metrics in METRICS.md
+there; anything that speaks HTTP over a UNIX socket can use it:
+  curl --unix-socket {DEFAULT_SOCKET} http://rdmad/v1/status
 """
 )
 

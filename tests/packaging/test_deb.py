@@ -35,6 +35,14 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "etc/rdmad/rdmad.toml",
         "usr/share/doc/rdmad/examples/rdmad.toml",
         "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
+        "usr/share/doc/rdmad/API.md",  # named by --help and error answers
+        "usr/share/doc/rdmad/METRICS.md",
+        "usr/share/doc/rdmad/CONFIG.md",
+        "usr/share/doc/rdmad/CONFIG-REFERENCE.md",
+        "usr/share/doc/rdmad/GUARD.md",
+        "usr/share/man/man8/rdmad.8.gz",
+        "usr/share/man/man8/rdmad-ctl.8.gz",
+        "usr/share/man/man5/rdmad.toml.5.gz",
     ):
         assert (deb_tree / path).exists(), path
     assert (deb_tree / "etc/rdmad/rdmad.d").is_dir()
@@ -45,9 +53,22 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
     )
     # No pip, setuptools or build tools left in the runtime venv.
     names = {p.name.split("-")[0].lower() for p in (deb_tree / SITE).glob("*.dist-info")}
-    assert not names & {"pip", "setuptools", "wheel", "packaging"}
+    assert not names & {"pip", "setuptools", "wheel", "packaging", "argparse_manpage"}
     if (REPO / "completion" / "rdmad-ctl.bash").is_file():
         assert (deb_tree / "usr/share/bash-completion/completions/rdmad-ctl").is_file()
+
+
+def test_deb_man_pages_cover_every_command(deb_tree: Path) -> None:
+    """Made at build time from the installed parsers (rdmad/manpages.py)."""
+    import gzip
+
+    from rdmad.ctl.args import COMMANDS
+
+    ctl = gzip.decompress((deb_tree / "usr/share/man/man8/rdmad-ctl.8.gz").read_bytes()).decode()
+    for command in COMMANDS:
+        assert re.search(rf"^\.SH COMMAND .*'rdmad\\-ctl {command}'", ctl, re.M), command
+    toml = gzip.decompress((deb_tree / "usr/share/man/man5/rdmad.toml.5.gz").read_bytes()).decode()
+    assert ".SS [[sriov.vf]]" in toml and "driver_guard" in toml
 
 
 def test_deb_names_no_build_path(deb_tree: Path) -> None:

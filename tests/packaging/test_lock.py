@@ -42,3 +42,13 @@ def test_build_lock_pins_the_build_backend() -> None:
     for req in requires:
         version, hashes = pins[canonicalize_name(req.name)]
         assert req.specifier.contains(version) and hashes
+
+
+def test_docs_lock_pins_the_man_page_tool_of_the_dev_extra() -> None:
+    """The package build makes its man pages with the argparse-manpage the tests use."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        dev = [Requirement(r) for r in tomllib.load(f)["project"]["optional-dependencies"]["dev"]]
+    (tool,) = [r for r in dev if r.name == "argparse-manpage"]
+    pins = _pins("packaging/docs-requirements.lock")
+    version, hashes = pins["argparse-manpage"]
+    assert tool.specifier.contains(version) and hashes

@@ -35,8 +35,15 @@ def test_rpm_files(rpm: Path) -> None:
         "/etc/rdmad/rdmad.d",
         "/etc/rdmad/rdmad.toml",
         "/usr/share/doc/rdmad/examples/rdmad.toml",
+        "/usr/share/doc/rdmad/API.md",
+        "/usr/share/doc/rdmad/METRICS.md",
+        "/usr/share/licenses/rdmad/LICENSE",
+        "/usr/lib/systemd/system-preset/50-rdmad.preset",
     ):
         assert path in files, path
+    # The man pages, compressed by rpmbuild (whichever compressor it uses).
+    for page in ("man8/rdmad.8", "man8/rdmad-ctl.8", "man5/rdmad.toml.5"):
+        assert [f for f in files if f.startswith(f"/usr/share/man/{page}")], page
     assert not [f for f in files if re.search(r"/(pip|setuptools)(-[^/]*)?/", f)]
     if (REPO / "completion" / "rdmad-ctl.bash").is_file():
         assert "/usr/share/bash-completion/completions/rdmad-ctl" in files
@@ -69,7 +76,21 @@ def test_rpm_requires_the_interpreter_and_tools_only(rpm: Path) -> None:
     # Nothing from inside the venv leaks into the dependency list.
     assert not [r for r in requires if r.startswith(("python3dist", "python(", "/usr/bin/python"))]
     provides = {ln.split(" ")[0] for ln in _rpm_q(rpm, "--provides").splitlines()}
-    assert provides <= {"rdmad", "rdmad(x86-64)", "config(rdmad)"}
+    own = {"rdmad", "rdmad(x86-64)", "config(rdmad)"}
+    assert own <= provides
+    assert {p for p in provides - own if not p.startswith("bundled(python3dist(")} == set()
+
+
+def test_rpm_declares_each_bundled_library_at_its_locked_version(rpm: Path) -> None:
+    """One `Provides: bundled(python3dist(NAME)) = VERSION` per pin of the runtime lock."""
+    pins = re.findall(
+        r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / "packaging/requirements.lock").read_text(), re.M
+    )
+    assert pins
+    provides = set(_rpm_q(rpm, "--provides").splitlines())
+    for name, version in pins:
+        canonical = re.sub(r"[-_.]+", "-", name).lower()
+        assert f"bundled(python3dist({canonical})) = {version}" in provides, name
 
 
 def _scriptlets(rpm: Path) -> dict[str, str]:
@@ -123,21 +144,29 @@ def test_rpm_scriptlets_install_upgrade_erase(rpm: Path, stub_bin: Path) -> None
         "systemd-sysusers --replace=/usr/lib/sysusers.d/rdmad.conf -",
         "  stdin: g rdmad - -",
     ]
-    # Install ($1 = 1): enabled and started. Upgrade ($1 = 2): the old package's
-    # %postun restarts it; %post only reloads units.
+    # systemd's macros (here packaging/rpm/macros.systemd-fallback: no systemd-rpm-macros
+    # on this machine). Install ($1 = 1): enabled through the preset, not started.
+    # Upgrade ($1 = 2): the old package's %postun restarts it; %post does nothing.
     assert _run(s["postinstall"], 1, stub_bin) == [
         "systemctl daemon-reload",
-        "systemctl enable --now rdmad.service",
+        "systemctl --no-reload preset rdmad.service",
     ]
-    assert _run(s["postinstall"], 2, stub_bin) == ["systemctl daemon-reload"]
+    assert _run(s["postinstall"], 2, stub_bin) == []
     assert _run(s["postuninstall"], 1, stub_bin) == [
         "systemctl daemon-reload",
         "systemctl try-restart rdmad.service",
     ]
     # Erase ($1 = 0): stopped and disabled first, then units reloaded; no restart.
-    assert _run(s["preuninstall"], 0, stub_bin) == ["systemctl disable --now rdmad.service"]
+    assert _run(s["preuninstall"], 0, stub_bin) == [
+        "systemctl --no-reload disable --now rdmad.service"
+    ]
     assert _run(s["preuninstall"], 1, stub_bin) == []
     assert _run(s["postuninstall"], 0, stub_bin) == ["systemctl daemon-reload"]
+
+
+def test_rpm_preset_enables_the_service() -> None:
+    lines = (REPO / "packaging/rpm/50-rdmad.preset").read_text().splitlines()
+    assert [ln for ln in lines if ln and not ln.startswith("#")] == ["enable rdmad.service"]
 
 
 def test_rpm_sysusers_line_matches_the_deb(rpm: Path) -> None:
