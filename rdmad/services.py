@@ -179,7 +179,7 @@ async def start_services(
         services.exporters = await _start_exporters(services.metrics, _metrics_spec(location))
         services.api = await _start_api(location, store, queue, services.metrics)
         log.info("services.started", import_seconds=round(seconds, 3), api=services.api is not None)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         log.error(
             "services.late",
             seconds=deadline,

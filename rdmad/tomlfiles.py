@@ -12,8 +12,9 @@ missing part means.
 from __future__ import annotations
 
 import os
-import tomllib
 from typing import Any
+
+from rdmad.tomlcompat import tomllib
 
 MAIN_FILE = "rdmad.toml"
 DROPIN_DIR = "rdmad.d"

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from rdmad.api import timeouts
 from rdmad.api.auth import PEER
 from rdmad.api.documents import status_event
 from rdmad.api.errors import ApiError
@@ -126,9 +127,9 @@ class EventStreams:
     async def _pump(self, stream: _Stream, resp: web.StreamResponse) -> None:
         while not stream.dropped:
             try:
-                async with asyncio.timeout(self._keepalive):
+                async with timeouts.timeout(self._keepalive):
                     item = await stream.queue.get()
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 await resp.write(b": keepalive\n\n")
                 continue
             if item is _END:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from aiohttp import web
 
 from rdmad import config
 from rdmad.api import documents as docs
+from rdmad.api import timeouts
 from rdmad.api.auth import PEER
 from rdmad.api.errors import ApiError
 from rdmad.api.events import EventStreams
@@ -26,6 +26,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Observed
 from rdmad.snapshot import header_for, settings_unknown, snapshot
 from rdmad.status import StatusSnapshot, StatusView
+from rdmad.tomlcompat import tomllib
 from rdmad.triggers import Trigger, TriggerQueue
 
 MAX_BODY = 64 * 1024
@@ -150,9 +151,9 @@ class Routes:
         job = asyncio.ensure_future(asyncio.to_thread(self._take_snapshot))
         job.add_done_callback(self._snapshot_done)
         try:
-            async with asyncio.timeout(SNAPSHOT_TIMEOUT):
+            async with timeouts.timeout(SNAPSHOT_TIMEOUT):
                 doc = await asyncio.shield(job)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise ApiError(503, f"observing the node took over {SNAPSHOT_TIMEOUT:g} s") from None
         except OSError as exc:
             raise ApiError(503, f"cannot observe the node: {exc}") from None
@@ -263,9 +264,9 @@ class Routes:
             size = request.content_length
             raise ApiError(413, f"request body too large ({size} bytes; limit 64 KiB)")
         try:
-            async with asyncio.timeout(self.request_timeout):
+            async with timeouts.timeout(self.request_timeout):
                 body = await request.read()
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise ApiError(
                 408, f"the request body did not arrive within {self.request_timeout:g} s"
             ) from None

@@ -75,7 +75,7 @@ class TextfileWriter:
         while True:
             written = loop.time()
             await self.write_now()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.interval)
             rest = written + self.debounce - loop.time()
             if rest > 0:

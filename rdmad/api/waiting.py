@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from rdmad.api import timeouts
 from rdmad.status import Change, StatusView
 
 Condition = Callable[[], bool]
@@ -47,9 +48,9 @@ class Waiters:
         event = asyncio.Event()
         self._waiting[event] = condition
         try:
-            async with asyncio.timeout(timeout):
+            async with timeouts.timeout(timeout):
                 await event.wait()
-        except TimeoutError:
+        except asyncio.TimeoutError:
             return condition()
         finally:
             del self._waiting[event]

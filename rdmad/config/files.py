@@ -15,11 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from rdmad.config.errors import ConfigError
+from rdmad.tomlcompat import tomllib
 
 DEFAULT_DIR = Path("/etc/rdmad")
 MAIN_FILE = "rdmad.toml"

@@ -255,7 +255,7 @@ async def _run(op: str, argv: list[str], timeout: float) -> None:
         raise KernelError(op, "", exc.errno, f"cannot run {argv[0]}: {exc.strerror}") from None
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         await _kill(proc)
         raise KernelError(
             op, "", errno_mod.ETIMEDOUT, f"{argv[0]} did not finish within {timeout:g} s"

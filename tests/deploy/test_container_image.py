@@ -14,12 +14,12 @@ import json
 import os
 import subprocess
 import time
-import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from tests.deploy.conftest import DEPLOY, missing, require_tool

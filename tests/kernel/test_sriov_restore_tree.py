@@ -9,7 +9,6 @@ netdevsim PFs are not PCI functions: they are found under /sys/bus/netdevsim.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from rdmad import config
@@ -20,6 +19,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Blocked, Desired, InUseDrift, PlanState, SetIbVf, SetNumVfs, Waiting
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
+from rdmad.tomlcompat import tomllib
 from tests.kernel.test_host import KernelishSysfs
 from tests.support.fakesysfs import DEV, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 from harness import (
     PACKAGE_PYTHON,
     REPO_ROOT,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import tomllib
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

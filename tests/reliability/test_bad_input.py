@@ -15,7 +15,6 @@ import asyncio
 import json
 import shutil
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from rdmad.kernel.apply.host import KernelHost
 from rdmad.model import PlanState, SetNumVfs
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
+from rdmad.tomlcompat import tomllib
 from tests.agent.conftest import FakeHost, Notes
 from tests.support.fakeclock import FakeClock
 from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node

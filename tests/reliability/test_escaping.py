@@ -13,7 +13,6 @@ import io
 import json
 import logging
 import re
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from rdmad.model import ObjectState, Observed, PfObserved, RdmaLinkObserved, VfO
 from rdmad.snapshot import snapshot
 from rdmad.status import ObjectReport, StatusSnapshot
 from rdmad.text import safe, safe_lines
+from rdmad.tomlcompat import tomllib
 from tests.support.fakesysfs import FakeSysfs, mlx5_node
 
 S = ObjectState

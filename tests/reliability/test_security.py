@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from rdmad.kernel.guardhook import write_hook
 from rdmad.kernel.pause import PAUSE_FILE, write_pause
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import MetricsSpec
+from rdmad.tomlcompat import tomllib
 from tests.api.conftest import ApiFactory, as_nobody
 from tests.reliability.conftest import NOBODY, as_uid, root_only
 from tests.support.fakesysfs import DEV, FakeSysfs, mlx5_node

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +23,7 @@ from rdmad.model import (
 )
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
+from rdmad.tomlcompat import tomllib
 from tests.unit.test_reconcile import node, pf
 
 

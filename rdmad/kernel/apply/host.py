@@ -208,7 +208,7 @@ class KernelHost(ObservingHost):
             return None
         try:
             failure = await asyncio.wait_for(asyncio.shield(firing.outcome), REFLEX_WAIT)
-        except TimeoutError:
+        except asyncio.TimeoutError:
             return None
         if failure is not None:
             log.debug("%s: the reflex's add was refused: %s", action.obj, failure)

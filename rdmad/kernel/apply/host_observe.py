@@ -17,7 +17,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Protocol
 
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
@@ -108,7 +108,7 @@ class ObservingHost:
             if client is not None:
                 client.close()
 
-    async def __aenter__(self) -> Self:
+    async def __aenter__(self) -> ObservingHost:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

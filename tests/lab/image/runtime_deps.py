@@ -5,8 +5,9 @@ list is part of the image cache key.
 """
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 
 def main() -> None:
