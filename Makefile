@@ -1,10 +1,10 @@
-.PHONY: test demo lint lab-shell lab-image bench bench-quick deb rpm packages lock soak test-pythons
+.PHONY: test demo lint lab-shell lab-image bench bench-quick deb rpm packages lock soak test-pythons test-arm64 test-debian13
 test:
 	bash scripts/test.sh
 demo:
 	bash scripts/demo.sh
 lint:
-	bash scripts/setup.sh && .venv/bin/ruff check rdmad tests bench && .venv/bin/mypy rdmad && .venv/bin/lint-imports
+	bash scripts/setup.sh && .venv/bin/ruff check rdmad tests bench packaging && .venv/bin/mypy rdmad && .venv/bin/lint-imports
 # Every bench/bench_*.py: one table of ratios to the baselines, and bench/results.json;
 # then bench/RESULTS.md's table from that JSON (benches that did not run keep their row),
 # also when a bench failed (the run's exit status stays the result).
@@ -29,11 +29,19 @@ deb:
 	bash scripts/pkg-deps.sh && bash scripts/build-deb.sh
 rpm:
 	bash scripts/pkg-deps.sh && bash scripts/build-rpm.sh
-packages: deb rpm
+# Every release of packaging/targets.toml for amd64 and arm64, and a table of them.
+packages:
+	bash scripts/pkg-deps.sh && bash scripts/build-packages.sh
 # The unit, ctl and API suites on Debian 13's Python 3.13 too (root; a trixie root made
 # with debootstrap, cached; not in CI). The last result is in README.md.
 test-pythons:
 	bash scripts/test-pythons.sh
+# The arm64 .deb in an arm64 Debian 12 root under qemu-user; the Debian 13 .deb in a
+# Debian 13 root (root; debootstrap, cached; not in CI). Last results in README.md.
+test-arm64:
+	bash scripts/pkg-deps.sh && bash scripts/test-package-root.sh arm64
+test-debian13:
+	bash scripts/pkg-deps.sh && bash scripts/test-package-root.sh debian13
 # Re-pin packaging/requirements.lock after a change to pyproject's dependencies.
 lock:
 	bash packaging/lock.sh

@@ -1,75 +1,112 @@
 #!/usr/bin/env bash
-# Build rdmad's private virtualenv for a package: DESTDIR/usr/lib/rdmad, plus the
-# /usr/bin wrappers of [project.scripts]. Shared by debian/rules and rdmad.spec.
+# Build rdmad's private virtualenv for one package target: DESTDIR/usr/lib/rdmad, the
+# /usr/bin wrappers of [project.scripts] and the man pages. Shared by debian/rules and
+# rdmad.spec.
 #
-#   build-venv.sh SRC DESTDIR [PYTHON]
+#   build-venv.sh SRC DESTDIR TARGET ARCH
 #
-# SRC is a copy of the source tree (setuptools writes build/ and *.egg-info into
-# it); PYTHON is the interpreter the venv runs on, by the absolute path it has on
-# the target system (default /usr/bin/python3.11: Debian 12 and RHEL 9 alike).
-# Every dependency comes from packaging/requirements.lock and every build tool
-# from packaging/build-requirements.lock, all with --require-hashes; nothing is
-# fetched at install time. The .pyc files are compiled here (checked-hash, so
-# they do not depend on file times), because a node should not compile at boot.
+# TARGET names a release of packaging/targets.toml, ARCH is amd64 or arm64 (x86_64,
+# aarch64). The venv is for that release's Python, which the build machine need not
+# have: uv installs the wheels of packaging/requirements.lock (every file hash
+# checked, its markers evaluated for that Python) for the target's Python version and
+# platform into the venv's site-packages, and bin/python3 and pyvenv.cfg are written
+# here. The build's own tools (setuptools, wheel, uv, argparse-manpage: hash-pinned in
+# build-requirements.lock and docs-requirements.lock) live in a throwaway venv of the
+# build machine's python3 and never reach the package.
+#
+# Bytecode is compiled here (checked-hash, so valid whatever the file times) when the
+# build machine has the target's interpreter; otherwise the package compiles it when
+# installed (usr/lib/rdmad/COMPILE_AT_INSTALL tells postinst / %post), as Debian's own
+# Python packages do.
 set -euo pipefail
 
 src=$(cd "$1" && pwd)
 destdir=$2
-python=${3:-/usr/bin/python3.11}
+eval "$(python3 "$src/packaging/targets.py" show "$3" "$4")"
 prefix=/usr/lib/rdmad
 venv=$destdir$prefix
+site=$venv/lib/python$t_python/site-packages
 
 log() { echo "build-venv: $*" >&2; }
-[[ -x $python ]] || { log "$python is missing on the build machine"; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/rdmad-venv.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 
-rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-# ensurepip installs the pip that ships with this python (offline); the build
-# tools and every runtime dependency then come hash-checked from the lock files.
-"$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-input --isolated)
-log "build tools from packaging/build-requirements.lock"
+# The build tools, in a venv of the build machine's python3 (ensurepip: offline).
+tools=$work/tools
+python3 -m venv "$tools"
+pip=("$tools/bin/python" -m pip --disable-pip-version-check --no-input --isolated)
+log "build tools from build-requirements.lock and docs-requirements.lock"
 "${pip[@]}" install -q --require-hashes --no-deps -r "$src/packaging/build-requirements.lock"
-log "runtime dependencies from packaging/requirements.lock"
-"${pip[@]}" install -q --require-hashes --no-deps --no-build-isolation --prefer-binary \
-    -r "$src/packaging/requirements.lock"
-log "rdmad from $src"
-"${pip[@]}" install -q --no-deps --no-build-isolation --no-index "$src"
-# The man pages, from the argument parsers and the config schema of what was just
-# installed (rdmad/manpages.py). argparse-manpage is a build tool like the others
-# (packaging/docs-requirements.lock; an sdist, built with the setuptools above).
-log "man pages"
 "${pip[@]}" install -q --require-hashes --no-deps --no-build-isolation \
     -r "$src/packaging/docs-requirements.lock"
-(cd / && "$venv/bin/python" -I -m rdmad.manpages "$destdir/usr/share/man" >/dev/null)
-# The build tools and pip are not needed to run rdmad.
-"${pip[@]}" uninstall -q -y argparse-manpage wheel setuptools packaging pip
+log "rdmad's wheel from $src"
+"${pip[@]}" wheel -q --no-deps --no-build-isolation --no-index -w "$work/dist" "$src"
+wheel=$(echo "$work"/dist/rdmad-*.whl)
 
-site=$(echo "$venv"/lib/python3*/site-packages)
-# A venv is not relocatable: replace everything that names the build path.
-rm -rf "$venv"/bin "$venv"/include
+log "site-packages for $t_name: CPython $t_python on $t_platform"
+rm -rf "$venv"
+mkdir -p "$site"
+# --no-build-isolation: an sdist of the lock (sdnotify, pure Python) is built with the
+# hash-pinned setuptools of the tools venv, never with one fetched on the fly.
+uv=("$tools/bin/uv" pip install --no-config --quiet --python "$tools/bin/python"
+    --target "$site" --python-version "$t_python" --python-platform "$t_platform"
+    --no-build-isolation --no-deps)
+UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv} "${uv[@]}" --require-hashes \
+    -r "$src/packaging/requirements.lock"
+UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv} "${uv[@]}" --no-index "$wheel"
+rm -rf "$site/bin"
+rm -f "$site"/*.dist-info/direct_url.json
+sed -i '/direct_url.json/d; /^\.\.\/\.\.\/\.\.\/bin\//d; /^bin\//d' "$site"/*.dist-info/RECORD
+# Every extension module must be the target's: a wheel built here from source would be
+# the build machine's (the lock's compiled packages all have wheels; this says so if
+# one ever does not).
+"$tools/bin/python" - "$site" "$t_python" "$t_rpm_arch" <<'PY'
+import pathlib, sys
+site, version, arch = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+machine = {"x86_64": 62, "aarch64": 183}[arch]
+tag = f"cpython-{version.replace('.', '')}-{arch}-linux-gnu"
+bad = []
+for so in site.rglob("*.so"):
+    e_machine = int.from_bytes(so.read_bytes()[18:20], "little")
+    if e_machine != machine or not (tag in so.name or ".abi3." in so.name):
+        bad.append(f"{so.relative_to(site)} (ELF machine {e_machine})")
+if bad:
+    sys.exit("build-venv: not for " + tag + ": " + ", ".join(bad))
+PY
+
+# The venv around it: the target system's interpreter, no path of this machine.
 mkdir -p "$venv/bin"
-ln -s "$python" "$venv/bin/python3"
+ln -s "$t_interpreter" "$venv/bin/python3"
 ln -s python3 "$venv/bin/python"
-pyver=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
 cat >"$venv/pyvenv.cfg" <<CFG
-home = $(dirname "$python")
+home = $(dirname "$t_interpreter")
 include-system-site-packages = false
-version = $pyver
+version = $t_python
 CFG
-rm -f "$site"/rdmad-*.dist-info/direct_url.json
-# RECORD lists the deleted entry points and pip's own files: drop the stale lines.
-sed -i '/^\.\.\/\.\.\/\.\.\/bin\//d; /direct_url.json/d' "$site"/*.dist-info/RECORD
-find "$venv" -name __pycache__ -prune -exec rm -rf {} +
-# checked-hash: valid whatever the file times; SOURCE_DATE_EPOCH keeps them reproducible.
-"$venv/bin/python" -m compileall -q -j0 --invalidation-mode checked-hash \
-    -s "$destdir" -p / "$venv/lib" >/dev/null
+
+if [[ -x $t_interpreter ]] &&
+    "$t_interpreter" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$t_python'.split('.'))))"; then
+    log "bytecode compiled with $t_interpreter"
+    "$venv/bin/python3" -m compileall -q -j0 --invalidation-mode checked-hash \
+        -s "$destdir" -p / "$venv/lib" >/dev/null
+else
+    log "no $t_interpreter here: the package compiles the bytecode when installed"
+    echo "$t_python" >"$venv/COMPILE_AT_INSTALL"
+fi
+
+# The man pages, from the parsers and the schema of this rdmad (rdmad/manpages.py),
+# run with the tools venv, which gets rdmad and the build machine's wheels for it.
+log "man pages"
+"${pip[@]}" install -q --require-hashes --no-deps --no-build-isolation \
+    -r "$src/packaging/requirements.lock"
+"${pip[@]}" install -q --no-deps --no-index "$wheel"
+(cd / && "$tools/bin/python" -I -m rdmad.manpages "$destdir/usr/share/man" >/dev/null)
 
 # /usr/bin wrappers for [project.scripts]: -I keeps PYTHONPATH, the user site
 # and the working directory out of a root daemon's imports; argv[0] is the
 # command's name, for its usage and help texts.
 mkdir -p "$destdir/usr/bin"
-"$python" - "$src/pyproject.toml" <<'PY' | while read -r name module func; do
+"$tools/bin/python" - "$src/pyproject.toml" <<'PY' | while read -r name module func; do
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     for name, target in tomllib.load(f)["project"]["scripts"].items():
@@ -88,4 +125,4 @@ if grep -rl -- "$destdir" "$venv" "$destdir/usr/bin" >/dev/null 2>&1; then
     log "the build path is still named in the files above"
     exit 1
 fi
-log "venv ready: $(du -sh "$venv" | cut -f1) in $prefix"
+log "venv ready: $(du -sh "$venv" | cut -f1) in $prefix (CPython $t_python, $t_rpm_arch)"

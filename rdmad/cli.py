@@ -95,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--foreground", action="store_true", help="accepted; always the case")
     rn.add_argument("--dry-run", action="store_true", help="log the actions, change nothing")
     rn.add_argument(
+        "--root",
+        default=None,
+        help="with --dry-run: observe the sysfs/procfs tree under this directory instead "
+        "of the host (a what-if run against a copied or made-up node)",
+    )
+    rn.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
         default=None,
@@ -295,7 +301,14 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from rdmad import daemon
 
-    opts = daemon.RunOptions(_config_path(args), args.dry_run, args.log_level, args.log_format)
+    if args.root is not None and not args.dry_run:
+        print(
+            "rdmad: run --root observes a tree it must not change: add --dry-run", file=sys.stderr
+        )
+        return EXIT_INPUT
+    opts = daemon.RunOptions(
+        _config_path(args), args.dry_run, args.log_level, args.log_format, args.root or "/"
+    )
     return daemon.run(opts)
 
 

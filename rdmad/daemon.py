@@ -38,6 +38,9 @@ class RunOptions:
     dry_run: bool = False
     log_level: str | None = None  # None: [daemon] log_level from the config
     log_format: str | None = None
+    # A sysfs/procfs tree observed instead of the host's (with dry_run only: a what-if
+    # run against a copied or made-up node; the event sources still hear this host).
+    root: str = "/"
 
 
 class SdNotifier:
@@ -230,11 +233,11 @@ def _kernel_rdma_events(sources: list[_Source], closers: list[object]) -> bool:
     return True
 
 
-def _make_host(dry_run: bool) -> tuple[Host, object]:
+def _make_host(dry_run: bool, root: str = "/") -> tuple[Host, object]:
     from rdmad.kernel.apply.dryrun import RecordingHost
     from rdmad.kernel.apply.host import KernelHost
 
-    kernel = KernelHost("/")
+    kernel = KernelHost(root)
     if dry_run:
         return RecordingHost(kernel.observe), kernel
     return kernel, kernel
@@ -276,7 +279,7 @@ async def serve(opts: RunOptions) -> int:
     clock = SystemClock()
     queue = TriggerQueue(clock)
     sources, closers = _event_sources()  # before the first observation
-    host, kernel = _make_host(opts.dry_run)
+    host, kernel = _make_host(opts.dry_run, opts.root)
     _wire_reflexes(host, closers)
     agent = Agent(
         host,

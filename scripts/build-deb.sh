@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Build the rdmad .deb from a copy of the tree, into dist/ (git-ignored).
+# Build one rdmad .deb from a copy of the tree, into dist/ (git-ignored).
 #
-#   bash scripts/build-deb.sh [--version VERSION] [--out DIR]
+#   bash scripts/build-deb.sh [--target RELEASE] [--arch amd64|arm64] [--version VERSION] [--out DIR]
 #
-# Prints the .deb's path on stdout. A build is cached in DIR/cache/KEY/, KEY a
-# hash of every input file (tracked and untracked, not ignored) and the
-# version: the same inputs give the same .deb without rebuilding. --version
-# builds a different Debian version (the lab's upgrade test); default: the
-# newest entry of packaging/deb/debian/changelog, whose upstream part must
-# match [project].version. Needs dpkg-dev, debhelper, python3.11-venv (run
-# scripts/pkg-deps.sh as root) and PyPI access (the lock files are hash-checked).
+# RELEASE names a deb target of packaging/targets.toml (default debian12), --arch the
+# architecture (default this machine's; arm64 builds anywhere: nothing is compiled).
+# Prints the .deb's path on stdout. A build is cached in DIR/cache/KEY/, KEY a hash
+# of every input file (tracked and untracked, not ignored), the target, the
+# architecture and the version: the same inputs give the same .deb without
+# rebuilding. The version is the newest entry of packaging/deb/debian/changelog (its
+# upstream part must match [project].version) with the target's suffix, 0.1.0-1~deb12;
+# --version builds another (the lab's upgrade test). Needs dpkg-dev, debhelper,
+# python3-venv (run scripts/pkg-deps.sh as root) and PyPI access (the lock files are
+# hash-checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
 version=""
+target=debian12
+arch=$(dpkg --print-architecture)
 out=$repo/dist
 while [[ $# -gt 0 ]]; do
     case $1 in
         --version) version=$2; shift 2 ;;
+        --target) target=$2; shift 2 ;;
+        --arch) arch=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "usage: build-deb.sh [--version VERSION] [--out DIR]" >&2; exit 2 ;;
+        *) echo "usage: build-deb.sh [--target RELEASE] [--arch ARCH] [--version VERSION] [--out DIR]" >&2; exit 2 ;;
     esac
 done
 log() { echo "build-deb: $*" >&2; }
@@ -31,13 +38,16 @@ project_version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject
     log "packaging/deb/debian/changelog ($changelog_version) does not match pyproject.toml ($project_version)"
     exit 1
 }
-version=${version:-$changelog_version}
+eval "$(python3 packaging/targets.py show "$target" "$arch")"
+[[ $t_format == deb ]] || { log "$target is not a deb target (packaging/targets.toml)"; exit 2; }
+version=${version:-$changelog_version$t_release}
 
 # The inputs: what git would commit (so a dirty tree builds what it shows).
 mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard | sort -z)
 existing=()
 for f in "${files[@]}"; do [[ -f $f ]] && existing+=("$f"); done
-key=$({ echo "version=$version"; sha256sum "${existing[@]}"; } | sha256sum | cut -c1-16)
+key=$({ echo "version=$version target=$target arch=$t_deb_arch"; sha256sum "${existing[@]}"; } |
+    sha256sum | cut -c1-16)
 cache=$out/cache/$key
 if compgen -G "$cache/rdmad_*.deb" >/dev/null; then
     log "cached: $cache"
@@ -52,21 +62,23 @@ mkdir -p "$src"
 tar -cf - "${existing[@]}" | tar -C "$src" -xf -
 rm -rf "$src/debian"
 cp -a packaging/deb/debian "$src/debian"
+epoch=$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)
 if [[ $version != "$changelog_version" ]]; then
     { cat <<CL
 rdmad ($version) unstable; urgency=medium
 
-  * Rebuild as $version.
+  * Built as $version for $target (packaging/targets.toml).
 
- -- $(dpkg-parsechangelog -l packaging/deb/debian/changelog -S Maintainer)  $(date -R)
+ -- $(dpkg-parsechangelog -l packaging/deb/debian/changelog -S Maintainer)  $(date -R -d "@$epoch")
 
 CL
       cat packaging/deb/debian/changelog; } >"$src/debian/changelog"
 fi
-log "dpkg-buildpackage $version in $src"
-# The system python3 and tools, not a developer venv's.
-(cd "$src" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin SOURCE_DATE_EPOCH="$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)" \
-    dpkg-buildpackage -us -uc -b >"$work/build.log" 2>&1) || {
+log "dpkg-buildpackage $version ($target, $t_deb_arch) in $src"
+# The system python3 and tools, not a developer venv's. -d: a foreign architecture's
+# build dependencies are this machine's tools (nothing is compiled for it).
+(cd "$src" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin RDMAD_TARGET="$target" \
+    SOURCE_DATE_EPOCH="$epoch" dpkg-buildpackage -us -uc -b -d --host-arch "$t_deb_arch" >"$work/build.log" 2>&1) || {
     tail -40 "$work/build.log" >&2
     log "dpkg-buildpackage failed (log above)"
     exit 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and checking the packages needs (Debian 12, as root):
 # dpkg-dev + debhelper (the .deb), rpm (rpmbuild for the .rpm), lintian, rpmlint,
-# python3.11-venv (the packaged venv is built with the system python3.11).
+# python3-venv (the build tools run in a venv of the system python3).
 # A no-op when everything is there.
 set -euo pipefail
 
@@ -10,7 +10,7 @@ for pair in dpkg-buildpackage:dpkg-dev dh:debhelper fakeroot:fakeroot rpmbuild:r
     lintian:lintian rpmlint:rpmlint; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
-/usr/bin/python3.11 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3.11-venv)
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 [[ ${#need[@]} -eq 0 ]] && exit 0
 if [[ $(id -u) -ne 0 ]]; then
     echo "pkg-deps: missing ${need[*]}; run as root: apt-get install ${need[*]}" >&2

@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 py=.venv/bin
 
-echo "== ruff"; $py/ruff check rdmad tests bench
-echo "== ruff format"; $py/ruff format --check rdmad tests bench
+echo "== ruff"; $py/ruff check rdmad tests bench packaging
+echo "== ruff format"; $py/ruff format --check rdmad tests bench packaging
 echo "== mypy (strict on model, config, reconcile)"; $py/mypy rdmad
 echo "== import contracts"; $py/lint-imports
 

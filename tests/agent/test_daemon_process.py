@@ -195,3 +195,52 @@ def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
     # The readable part of the config chose the state dir and the log level.
     assert any(e.get("level") == "debug" for e in events)
     assert (tmp_path / "state" / "state.json").is_file()
+
+
+def test_dry_run_against_a_made_up_node_plans_it_and_changes_nothing(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path, api_socket: Path
+) -> None:
+    """`rdmad run --dry-run --root TREE`: the daemon's passes over a node that is not this
+    host (the fake mlx5 + igb node of the demo); what it would do is its plan, and the
+    tree is left as it was."""
+    from tests.support.fakesysfs import mlx5_node
+
+    cfg, sd, env = daemon_env
+    root = tmp_path / "node"
+    mlx5_node(root)
+    numvfs = root / "sys/bus/pci/devices/0000:5e:00.0/sriov_numvfs"
+    before = numvfs.read_text()
+    (cfg / "rdmad.d").mkdir()
+    (cfg / "rdmad.d" / "50-demo.toml").write_text(
+        (REPO / "tests/fixtures/demo-node.toml").read_text()
+    )
+    log = (tmp_path / "daemon.log").open("w")
+    cmd = [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg), "--root", str(root)]
+    refused = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2 and "add --dry-run" in refused.stderr
+    proc = subprocess.Popen(
+        [*cmd, "--dry-run", "--log-format", "json"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        sd.expect("READY=1")
+        code, plan = api_get(api_socket, "/v1/plan")
+        assert code == 200
+        kinds = {a["kind"] for a in plan["actions"]}  # type: ignore[union-attr, index]
+        assert "set-numvfs" in kinds, plan
+        code, status = api_get(api_socket, "/v1/status")
+        pfs = {o["obj"] for o in status["objects"]}  # type: ignore[union-attr, index]
+        assert "sriov pci=0000:3b:00.0" in pfs, pfs
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+    assert numvfs.read_text() == before
