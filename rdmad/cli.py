@@ -101,6 +101,15 @@ def parser() -> argparse.ArgumentParser:
         "of the host (a what-if run against a copied or made-up node)",
     )
     rn.add_argument(
+        "--guard-kit",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="rdmad runs in a container and the host has not its package: copy the driver "
+        "guard to DIR, a host directory mounted at the same path, for the host's modprobe.d "
+        "hook to run with the host's python3; the hook is removed when rdmad stops",
+    )
+    rn.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
         default=None,
@@ -307,7 +316,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return EXIT_INPUT
     opts = daemon.RunOptions(
-        _config_path(args), args.dry_run, args.log_level, args.log_format, args.root or "/"
+        _config_path(args),
+        args.dry_run,
+        args.log_level,
+        args.log_format,
+        args.root or "/",
+        args.guard_kit,
     )
     return daemon.run(opts)
 

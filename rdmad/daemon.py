@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class RunOptions:
     # A sysfs/procfs tree observed instead of the host's (with dry_run only: a what-if
     # run against a copied or made-up node; the event sources still hear this host).
     root: str = "/"
+    # A host directory (same path in the pod) for the guard's host copy: rdmad runs in a
+    # container and the host has not its package (rdmad.kernel.guardkit).
+    guard_kit: Path | None = None
 
 
 class SdNotifier:
@@ -275,6 +279,8 @@ def _load_config(location: Path) -> config.LoadedConfig:
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
+    if opts.guard_kit is not None and not _install_guard_kit(opts.guard_kit):
+        return EXIT_FAIL
     gate = services.ReadyGate(SdNotifier())
     clock = SystemClock()
     queue = TriggerQueue(clock)
@@ -318,8 +324,40 @@ async def serve(opts: RunOptions) -> int:
             close = getattr(thing, "close", None)
             if close is not None:
                 close()
+        if opts.guard_kit is not None and not opts.dry_run:
+            _remove_guard_hook(opts.root)
     log.info("daemon.exit", status=agent.status.current.summary())
     return EXIT_OK
+
+
+def _install_guard_kit(directory: Path) -> bool:
+    """The guard's host copy, before any hook names it; False (logged): rdmad must not
+    run, since the hooks it would write could not run on the host."""
+    from rdmad.kernel import guardhook, guardkit
+
+    try:
+        hook = guardkit.install(directory, guardhook.MODPROBE)
+    except OSError as exc:
+        log.error("guard_kit.failed", directory=str(directory), error=str(exc))
+        return False
+    guardhook.use_command(shlex.quote(hook))
+    log.info("guard_kit.installed", hook=hook)
+    return True
+
+
+def _remove_guard_hook(root: str) -> None:
+    """On the way out of a container (the pod deleted): the hook goes with rdmad, so
+    nothing on the host names a guard nobody keeps current. A crash leaves it, and the
+    guard still judges from the kernel alone."""
+    from rdmad.kernel import guardhook
+    from rdmad.kernel.sysfs import Sysfs
+
+    try:
+        guardhook.write_hook(Sysfs(root), [], guardhook.guard_command())
+    except OSError as exc:
+        log.warning("guard_hook.remove_failed", error=str(exc))
+    else:
+        log.info("guard_hook.removed", reason="rdmad stops, and the host has no package")
 
 
 async def _stop_starting(starting: asyncio.Task[services.Services]) -> services.Services:

@@ -44,9 +44,12 @@ class Listening:
 
 
 def group_id(name: str | None) -> int | None:
-    """The gid of a group name, or None when there is no such group (or no name)."""
+    """The gid of a group name, or None when there is no such group (or no name). A
+    number is a gid as it is: in a container the host's groups are not in /etc/group."""
     if name is None:
         return None
+    if name.isdigit():
+        return int(name)
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:

@@ -1,6 +1,7 @@
 """rdmad's modprobe.d file: `modprobe -r` of a guarded module asks the guard first.
 
-    remove igb /usr/lib/rdmad/bin/python3 -I -m rdmad.guard remove igb
+    remove igb [ -e /usr/lib/rdmad/bin/python3 ] || exec /sbin/modprobe -r --ignore-remove igb; \
+        exec /usr/lib/rdmad/bin/python3 -I -m rdmad.guard remove igb        (one line)
 
 modprobe runs a ``remove`` command instead of unloading the module itself; a command
 that fails makes `modprobe -r` fail ("Error running remove command for igb") and
@@ -11,11 +12,16 @@ it pauses rdmad only for an unload that goes ahead and ends the pause when the
 unload failed (rdmad.guard.cli). Files older rdmad wrote (``... hook igb && exec
 /sbin/modprobe -r --ignore-remove igb``) still work, and are rewritten as not current.
 
-The command is the interpreter rdmad itself runs under (``sys.executable``): in the
-package it is the private venv's, and a path that names it needs no $PATH, which
-modprobe's callers do not always have. ``-I`` keeps the caller's environment
-(PYTHONPATH, user site) out of a root process. What cannot be guarded this way
-(`rmmod`, a sysfs unbind) is said in the README.
+modprobe runs the command with /bin/sh. It is the interpreter rdmad itself runs under
+(``sys.executable``): in the package it is the private venv's, and a path that names
+it needs no $PATH, which modprobe's callers do not always have. ``-I`` keeps the
+caller's environment (PYTHONPATH, user site) out of a root process. Where rdmad runs
+in a container, the command is the host copy of the guard instead
+(``rdmad.kernel.guardkit``, set with ``use_command``). Either way the line first tests
+that the command's program is there: a guard that is gone (the package removed under a
+stale file, the interpreter removed by a distribution upgrade, a container's copy
+deleted) cannot judge, and the unload goes ahead instead of failing every `modprobe -r`.
+What cannot be guarded this way (`rmmod`, a sysfs unbind) is said in the README.
 
 Standard library only (the guard reads this file to know what a stack stop checks).
 """
@@ -43,8 +49,21 @@ _MODULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _REMOVE = re.compile(r"^remove\s+(\S+)\s")
 
 
+_command: str | None = None  # use_command(): the guard's host copy, for this process
+
+
+def use_command(command: str | None) -> None:
+    """Hooks this process writes run ``command`` (shell words; its first word the
+    program) instead of this interpreter's guard; None: back to that."""
+    global _command  # noqa: PLW0603 - one deployment mode for the whole process
+    _command = command
+
+
 def guard_command() -> str:
-    """The shell words that run the guard, for the interpreter running this process."""
+    """The shell words that run the guard: the host copy when one is in use, else the
+    interpreter running this process."""
+    if _command is not None:
+        return _command
     return f"{shlex.quote(sys.executable)} -I -m rdmad.guard"
 
 
@@ -53,7 +72,12 @@ def render(modules: list[str] | tuple[str, ...], command: str) -> str:
     for module in sorted(set(modules)):
         if not _MODULE.match(module):
             raise ValueError(f"not a module name: {module!r}")
-        lines.append(f"remove {module} {command} remove {module}\n")
+        program = shlex.quote(shlex.split(command)[0])
+        unguarded = f"{MODPROBE} -r --ignore-remove {module}"
+        lines.append(
+            f"remove {module} [ -e {program} ] || exec {unguarded}; "
+            f"exec {command} remove {module}\n"
+        )
     return "".join(lines)
 
 

@@ -45,9 +45,12 @@ DESCRIPTIONS: dict[str, str] = {
     "api.socket": "The socket's path; made root:`read_group`, mode 0660, before it listens.",
     "api.read_group": (
         "Members may read status, plan, history, config and metrics (root always may). "
-        "A group that does not exist leaves the socket root-only."
+        "A group that does not exist leaves the socket root-only. A number is a gid as it "
+        "is (rdmad in a container: the socket's group must be the host's)."
     ),
-    "api.write_group": "Members may also reload and reconcile. Unset: root only.",
+    "api.write_group": (
+        "Members may also reload and reconcile. Unset: root only. A name or a gid, as `read_group`."
+    ),
     "api.enabled": "`false` turns the API off.",
     # [metrics]
     "[metrics]": (

@@ -161,7 +161,9 @@ class DaemonSpec(_Spec, frozen=True):
     state_dir: str = "/var/lib/rdmad"
 
 
-_GROUP = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"  # a Unix group name
+# A Unix group name, or a gid by number: in a container the image's /etc/group is not
+# the host's, and the socket's group must be the host's.
+_GROUP = r"^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$"
 
 
 class ApiSpec(_Spec, frozen=True):

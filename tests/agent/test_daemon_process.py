@@ -244,3 +244,65 @@ def test_dry_run_against_a_made_up_node_plans_it_and_changes_nothing(
             proc.wait(timeout=10)
         log.close()
     assert numvfs.read_text() == before
+
+
+def test_guard_kit_is_installed_before_the_first_pass_and_the_hook_goes_at_stop(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+) -> None:
+    """`rdmad run --guard-kit DIR` (rdmad in a container): the guard's copy for a host
+    without the package is in DIR by READY=1, and on the way out rdmad removes the hook
+    file. (Which modules the hook lines guard needs loadable modules, which this
+    machine has not: tests/lab/test_guard_container_lab.py shows the hook at work.)"""
+    cfg, sd, env = daemon_env
+    kit = tmp_path / "guard"
+    log = (tmp_path / "daemon.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rdmad.cli",
+            "run",
+            "--config",
+            str(cfg),
+            "--guard-kit",
+            str(kit),
+            "--log-format",
+            "json",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        sd.expect("READY=1")
+        copies = list(kit.glob("rdmad-*"))
+        assert len(copies) == 1 and (copies[0] / "rdmad/guard/cli.py").is_file()
+        assert f"kit={copies[0]}" in (kit / "hook").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+    assert not Path("/etc/modprobe.d/rdmad-guard.conf").exists()
+    assert (kit / "hook").is_file()  # the copy stays: a hook left by a crash still runs
+    events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
+    names = [e.get("event") for e in events]
+    assert "guard_kit.installed" in names and "guard_hook.removed" in names
+
+
+def test_guard_kit_that_cannot_be_written_stops_rdmad_before_any_hook(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+) -> None:
+    cfg, _, env = daemon_env
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    argv = [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg)]
+    argv += ["--guard-kit", str(blocker / "guard"), "--log-format", "json"]
+    proc = subprocess.run(
+        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 1
+    assert "guard_kit.failed" in proc.stdout + proc.stderr

@@ -69,6 +69,28 @@ def test_daemonset(ds: dict[str, Any]) -> None:
         assert "rdmad-ctl status" in " ".join(container[probe]["exec"]["command"])
     config = [v["configMap"]["name"] for v in volumes.values() if "configMap" in v]
     assert config and set(config) <= {c["metadata"]["name"] for c in of_kind("ConfigMap")}
+    # The guard's host copy: a directory the host sees at the same path (the host's
+    # modprobe runs the hook that names it), so under a hostPath mounted where it lies.
+    command = container["command"]
+    kit = command[command.index("--guard-kit") + 1]
+    same_path = [
+        m["mountPath"]
+        for m in mounts
+        if "hostPath" in volumes[m["name"]]
+        and volumes[m["name"]]["hostPath"]["path"] == m["mountPath"]
+        and not m.get("readOnly")
+    ]
+    assert any(kit == p or kit.startswith(p.rstrip("/") + "/") for p in same_path), kit
+
+
+@pytest.mark.parametrize("cm", of_kind("ConfigMap"), ids=lambda d: d["metadata"]["name"])
+def test_configmap_gives_the_api_group_by_number(cm: dict[str, Any]) -> None:
+    """The socket is in a host directory: its group must be the host's, by number."""
+    import tomllib
+
+    for text in cm["data"].values():
+        group = tomllib.loads(text).get("api", {}).get("read_group")
+        assert group is not None and group.isdigit(), group
 
 
 @pytest.mark.parametrize("cm", of_kind("ConfigMap"), ids=lambda d: d["metadata"]["name"])

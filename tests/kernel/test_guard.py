@@ -210,7 +210,8 @@ def test_hook_file_is_written_atomically_recognised_and_removed(tmp_path: Path) 
     command = guard_command()
     write_hook(sysfs, ["mlx5_core", "igb"], command)
     text = (tmp_path / HOOK_FILE).read_text()
-    assert f"remove igb {command} remove igb\n" in text
+    assert f"remove igb [ -e {command.split()[0]} ] || " in text
+    assert f"; exec {command} remove igb\n" in text
     seen = observe_hook(sysfs)
     assert seen.present and seen.current and seen.modules == {"igb", "mlx5_core"}
     assert observe_hook(sysfs, "/other/python -I -m rdmad.guard").current is False

@@ -153,8 +153,12 @@ def test_the_hook_line_runs_the_guard_which_runs_the_unload(tmp_path: Path) -> N
     (tmp_path / "etc/modprobe.d").mkdir(parents=True)
     command = guard_command()
     write_hook(sysfs, ["igb"], command)
-    assert (tmp_path / HOOK_FILE).read_text().endswith(f"remove igb {command} remove igb\n")
+    assert (tmp_path / HOOK_FILE).read_text().endswith(f"; exec {command} remove igb\n")
     assert observe_hook(sysfs).current
+    # A file the previous rdmad wrote (no test that the guard is there) is rewritten.
+    (tmp_path / HOOK_FILE).write_text(f"remove igb {command} remove igb\n")
+    seen = observe_hook(sysfs)
+    assert seen.modules == {"igb"} and not seen.current
     # A file an older rdmad wrote still guards igb, and is rewritten.
     (tmp_path / HOOK_FILE).write_text(
         f"remove igb {command} hook igb && exec /sbin/modprobe -r --ignore-remove igb\n"

@@ -423,4 +423,8 @@ def test_the_one_shell_line_rdmad_writes_takes_only_module_names_and_a_quoted_pa
     command = guardhook.guard_command()
     assert command == "'/opt/my venv;touch x/bin/python' -I -m rdmad.guard"
     line = guardhook.render(["igb"], command).splitlines()[-1]
-    assert line.startswith("remove igb '/opt/my venv;touch x/bin/python' -I -m rdmad.guard")
+    assert line == (
+        "remove igb [ -e '/opt/my venv;touch x/bin/python' ] || "
+        "exec /sbin/modprobe -r --ignore-remove igb; "
+        "exec '/opt/my venv;touch x/bin/python' -I -m rdmad.guard remove igb"
+    )
