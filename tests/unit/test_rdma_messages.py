@@ -327,3 +327,15 @@ async def test_resource_dumps_run_only_when_counts_change(tmp_path: Path) -> Non
     [link] = await client.links()
     assert dumps() == 3
     assert link.usage.holders == ("kernel user rpcrdma: 1 QP, 1 CQ",)
+
+
+def test_netns_mode_is_a_u8_named_as_rdma_system_names_it() -> None:
+    """`rdma system set netns exclusive|shared`: attribute 66, a u8 (0 exclusive)."""
+    assert rcodec.encode_netns_mode("exclusive") == nla(66, b"\x00")
+    assert rcodec.encode_netns_mode("shared") == nla(66, b"\x01")
+    with pytest.raises(ValueError):
+        rcodec.encode_netns_mode("private")
+    assert rcodec.nldev_type(rcodec.CMD_SYS_SET) == (5 << 10) + 7
+    got = NlMsg(rcodec.nldev_type(rcodec.CMD_SYS_GET), 0, 1, nla(66, b"\x01") + nla(1, b"\0" * 4))
+    assert rcodec.decode_netns_mode(got) == "shared"
+    assert rcodec.decode_netns_mode(NlMsg(0, 0, 1, nla(67, b"\x01"))) is None

@@ -21,7 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rdmad.kernel.netlink.nlcodec import NlMsg, asciiz, attr, cstr, get_uint, iter_attrs, u32
+from rdmad.kernel.netlink.nlcodec import (
+    NlMsg,
+    asciiz,
+    attr,
+    cstr,
+    get_uint,
+    iter_attrs,
+    u8,
+    u32,
+)
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
@@ -32,6 +41,8 @@ CMD_SET = 2
 CMD_NEWLINK = 3
 CMD_DELLINK = 4
 CMD_PORT_GET = 5
+CMD_SYS_GET = 6
+CMD_SYS_SET = 7
 CMD_RES_GET = 9
 CMD_RES_QP_GET = 10
 CMD_RES_CQ_GET = 12
@@ -67,6 +78,10 @@ ATTR_DEV_PROTOCOL = 67
 ATTR_CHARDEV_TYPE = 69
 ATTR_CHARDEV_NAME = 70
 ATTR_UVERBS_DRIVER_ID = 73
+# The RDMA subsystem's network namespace mode (`rdma system set netns shared|exclusive`):
+# a u8 (the kernel's policy refuses a u32), 0 exclusive, 1 shared.
+SYS_ATTR_NETNS_MODE = 66
+NETNS_MODES = ("exclusive", "shared")
 
 # enum rdma_driver_id (include/uapi/rdma/ib_user_ioctl_verbs.h)
 DRIVER_NAMES = {
@@ -203,3 +218,17 @@ def decode_summary(reply: NlMsg) -> ResSummary:
         if name is not None:
             counts[name] = fields.uint(ATTR_RES_SUMMARY_ENTRY_CURR) or 0
     return ResSummary(top.uint(ATTR_DEV_INDEX) or 0, top.text(ATTR_DEV_NAME) or "", counts)
+
+
+def encode_netns_mode(mode: str) -> bytes:
+    """The SYS_SET payload of `rdma system set netns MODE`; ValueError for another name."""
+    return attr(SYS_ATTR_NETNS_MODE, u8(NETNS_MODES.index(mode)))
+
+
+def decode_netns_mode(reply: NlMsg) -> str | None:
+    """The mode a SYS_GET reply names; None when the kernel sent none."""
+    for atype, value in iter_attrs(reply.data):
+        if atype == SYS_ATTR_NETNS_MODE:
+            number = get_uint(value)
+            return NETNS_MODES[number] if number < len(NETNS_MODES) else f"unknown({number})"
+    return None
