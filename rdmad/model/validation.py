@@ -95,7 +95,8 @@ def _value(data: Any, tp: Any, loc: Loc, problems: list[Problem]) -> Any:
         befores = [m for m in meta if isinstance(m, Before)]
         afters = [m for m in meta if isinstance(m, After)]
         kept = [m for m in meta if isinstance(m, msgspec.Meta)]
-        tp = Annotated[(base, *kept)] if kept else base
+        args = (base, *kept)  # one name: Annotated[(a, *b)] is 3.11 syntax to mypy
+        tp = Annotated[args] if kept else base
     data = _checked(befores, data, loc, problems)
     if isinstance(data, _Invalid):
         return data
