@@ -43,7 +43,8 @@ trap 'rm -rf --one-file-system "$work"' EXIT
 log "the .deb (scripts/build-deb.sh)"
 deb=$(bash scripts/build-deb.sh | tail -n 1)
 version=$(dpkg-deb -f "$deb" Version)
-image=localhost/rdmad:$version
+# An image tag allows [A-Za-z0-9_.-]: a Debian version's "~" (0.1.0-1~deb12) becomes "_".
+image=localhost/rdmad:${version//\~/_}
 
 if [[ $new_base == 1 ]] || ! podman image exists "$BASE"; then
     old_base=$(podman image inspect -f '{{.Id}}' "$BASE" 2>/dev/null || true)
