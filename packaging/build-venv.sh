@@ -51,9 +51,9 @@ mkdir -p "$site"
 uv=("$tools/bin/uv" pip install --no-config --quiet --python "$tools/bin/python"
     --target "$site" --python-version "$t_python" --python-platform "$t_platform"
     --no-build-isolation --no-deps)
-UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv} "${uv[@]}" --require-hashes \
-    -r "$src/packaging/requirements.lock"
-UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv} "${uv[@]}" --no-index "$wheel"
+export UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv}
+"${uv[@]}" --require-hashes -r "$src/packaging/requirements.lock"
+"${uv[@]}" --no-index "$wheel"
 rm -rf "$site/bin"
 rm -f "$site"/*.dist-info/direct_url.json
 sed -i '/direct_url.json/d; /^\.\.\/\.\.\/\.\.\/bin\//d; /^bin\//d' "$site"/*.dist-info/RECORD

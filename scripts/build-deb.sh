@@ -43,9 +43,7 @@ eval "$(python3 packaging/targets.py show "$target" "$arch")"
 version=${version:-$changelog_version$t_release}
 
 # The inputs: what git would commit (so a dirty tree builds what it shows).
-mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard | sort -z)
-existing=()
-for f in "${files[@]}"; do [[ -f $f ]] && existing+=("$f"); done
+mapfile -d '' existing < <(bash scripts/tree-files.sh)
 key=$({ echo "version=$version target=$target arch=$t_deb_arch"; sha256sum "${existing[@]}"; } |
     sha256sum | cut -c1-16)
 cache=$out/cache/$key

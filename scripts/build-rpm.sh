@@ -26,9 +26,7 @@ eval "$(python3 packaging/targets.py show "$target" "$arch")"
 [[ $t_format == rpm ]] || { log "$target is not an rpm target (packaging/targets.toml)"; exit 2; }
 
 version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')
-mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard | sort -z)
-existing=()
-for f in "${files[@]}"; do [[ -f $f ]] && existing+=("$f"); done
+mapfile -d '' existing < <(bash scripts/tree-files.sh)
 key=$({ echo "target=$target arch=$t_rpm_arch"; sha256sum "${existing[@]}"; } |
     sha256sum | cut -c1-16)
 cache=$out/cache/rpm-$key

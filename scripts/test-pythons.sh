@@ -27,9 +27,7 @@ log "Python $version (Debian 13)"
 
 rm -rf "$root/src"
 mkdir -p "$root/src"
-git ls-files -z --cached --others --exclude-standard |
-    while IFS= read -r -d '' f; do [[ -f $f ]] && printf '%s\0' "$f"; done |
-    tar --null -T - -cf - | tar -C "$root/src" -xf -
+bash scripts/tree-files.sh | tar --null -T - -cf - | tar -C "$root/src" -xf -
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 # PIP_* of this machine name its own paths; the root has none of them.

@@ -30,28 +30,29 @@ def need(*tools: str) -> None:
     pytest.skip(why)
 
 
-def _build(script: str) -> Path:
+def build(script: str, *args: str) -> Path:
+    """The package scripts/SCRIPT ARGS builds (cached by its inputs): its path."""
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / script)],
+        ["bash", str(REPO / "scripts" / script), *args],
         capture_output=True,
         text=True,
         timeout=1800,
         check=False,
     )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{script} {' '.join(args)} failed:\n{proc.stderr[-4000:]}"
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
 def deb() -> Path:
     need("dpkg-buildpackage", "dh", "dpkg-deb")
-    return _build("build-deb.sh")
+    return build("build-deb.sh")
 
 
 @pytest.fixture(scope="session")
 def rpm() -> Path:
     need("rpmbuild", "rpm")
-    return _build("build-rpm.sh")
+    return build("build-rpm.sh")
 
 
 @pytest.fixture(scope="session")

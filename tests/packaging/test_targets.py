@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.packaging.conftest import REPO, need
+from tests.packaging.conftest import REPO, build, need
 
 sys.path.insert(0, str(REPO / "packaging"))
 import deb_depends
@@ -104,23 +104,11 @@ def test_glibc_floor_is_the_newest_manylinux_level_of_the_wheels(tmp_path: Path)
 # --- packages built for another Python and architecture --------------------------------
 
 
-def _build(script: str, *args: str) -> Path:
-    proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{script} {args} failed:\n{proc.stderr[-4000:]}"
-    return Path(proc.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def deb13_arm64(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Debian 13 (Python 3.13, not on this machine) for arm64 (not this machine's)."""
     need("dpkg-buildpackage", "dh", "dpkg-deb")
-    deb = _build("build-deb.sh", "--target", "debian13", "--arch", "arm64")
+    deb = build("build-deb.sh", "--target", "debian13", "--arch", "arm64")
     root = tmp_path_factory.mktemp("deb13-arm64")
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     return deb, root
@@ -168,7 +156,7 @@ def test_foreign_deb_compiles_at_install_and_cleans_on_remove(
 @pytest.fixture(scope="module")
 def el10_aarch64() -> Path:
     need("rpmbuild", "rpm")
-    return _build("build-rpm.sh", "--target", "el10", "--arch", "aarch64")
+    return build("build-rpm.sh", "--target", "el10", "--arch", "aarch64")
 
 
 def test_foreign_rpm_requires_its_python_and_declares_what_it_bundles(el10_aarch64: Path) -> None:
