@@ -21,7 +21,9 @@
 set -euo pipefail
 
 src=$(cd "$1" && pwd)
-destdir=$2
+# Absolute: steps below run from other directories (debian/rules passes debian/rdmad).
+mkdir -p "$2"
+destdir=$(cd "$2" && pwd)
 eval "$(python3 "$src/packaging/targets.py" show "$3" "$4")"
 prefix=/usr/lib/rdmad
 venv=$destdir$prefix
@@ -54,7 +56,8 @@ uv=("$tools/bin/uv" pip install --no-config --quiet --python "$tools/bin/python"
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv}
 "${uv[@]}" --require-hashes -r "$src/packaging/requirements.lock"
 "${uv[@]}" --no-index "$wheel"
-rm -rf "$site/bin"
+# uv's own lock file of the target directory is no part of the venv.
+rm -rf "$site/bin" "$site/.lock"
 rm -f "$site"/*.dist-info/direct_url.json
 sed -i '/direct_url.json/d; /^\.\.\/\.\.\/\.\.\/bin\//d; /^bin\//d' "$site"/*.dist-info/RECORD
 # Every extension module must be the target's: a wheel built here from source would be
@@ -101,6 +104,9 @@ log "man pages"
     -r "$src/packaging/requirements.lock"
 "${pip[@]}" install -q --no-deps --no-index "$wheel"
 (cd / && "$tools/bin/python" -I -m rdmad.manpages "$destdir/usr/share/man" >/dev/null)
+# gzip, as both families ship them (dh_compress and brp-compress leave a .gz alone);
+# -n: no name or time inside, the same bytes from the same inputs.
+find "$destdir/usr/share/man" -type f ! -name '*.gz' -exec gzip -9n {} +
 
 # /usr/bin wrappers for [project.scripts]: -I keeps PYTHONPATH, the user site
 # and the working directory out of a root daemon's imports; argv[0] is the

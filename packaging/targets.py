@@ -23,6 +23,10 @@ ARCHES = {  # either name -> (deb, rpm/uname)
     "arm64": ("arm64", "aarch64"),
     "aarch64": ("arm64", "aarch64"),
 }
+# The newest manylinux level the pinned uv (build-requirements.lock) accepts for
+# --python-platform. A newer glibc (Debian 13: 2.41) is clamped to it: that only leaves
+# out wheels that need a C library newer than 2.40, and the lock has none.
+UV_NEWEST_GLIBC = (2, 40)
 FIELDS = ("format", "release", "python", "interpreter", "requires", "glibc", "proof")
 
 
@@ -51,7 +55,8 @@ def main(argv: list[str]) -> int:
             return 2
         t = targets[name]
         deb_arch, rpm_arch = ARCHES[arch]
-        glibc = t["glibc"].replace(".", "_")
+        major, minor = min(tuple(map(int, t["glibc"].split("."))), UV_NEWEST_GLIBC)
+        glibc = f"{major}_{minor}"
         values = {
             **{f"t_{k}": t[k] for k in FIELDS},
             "t_name": name,

@@ -46,7 +46,7 @@ cp packaging/requirements.lock "$top/SOURCES/"
 macros=()
 if [[ -z $(rpm --eval '%{?systemd_post:yes}') ]]; then
     log "no systemd-rpm-macros here: packaging/rpm/macros.systemd-fallback stands in"
-    macros=(--load "$PWD/packaging/rpm/macros.systemd-fallback")
+    macros=(--define "rdmad_fallback_macros $PWD/packaging/rpm/macros.systemd-fallback")
 fi
 log "rpmbuild rdmad $version ($target, $t_rpm_arch)"
 env PATH=/usr/sbin:/usr/bin:/sbin:/bin rpmbuild -bb --nodeps "${macros[@]}" \

@@ -173,7 +173,12 @@ def test_rpm_sysusers_line_matches_the_deb(rpm: Path) -> None:
 def test_rpmlint_clean_with_reasoned_filters(rpm: Path) -> None:
     need("rpmlint")
     proc = subprocess.run(
-        ["rpmlint", "-r", str(REPO / "packaging/rpm/rdmad.rpmlintrc"), str(rpm)],
+        [
+            "rpmlint",
+            *("-c", str(REPO / "packaging/rpm/rpmlint.toml")),
+            *("-r", str(REPO / "packaging/rpm/rdmad.rpmlintrc")),
+            str(rpm),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
