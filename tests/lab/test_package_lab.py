@@ -22,10 +22,11 @@ CONFIG = "/etc/rdmad/rdmad.toml"
 
 
 def _changelog_version() -> str:
+    """The changelog's newest version with Debian 12's target suffix (targets.toml)."""
     first = (REPO_ROOT / "packaging/deb/debian/changelog").read_text().splitlines()[0]
     match = re.match(r"^rdmad \(([^)]+)\)", first)
     assert match, first
-    return match.group(1)
+    return match.group(1) + "~deb12"
 
 
 def _show(g: Guest, prop: str) -> str:
@@ -56,6 +57,7 @@ def test_deb_install_configure_reboot_upgrade_remove_purge(fresh_guest: Guest) -
     g = fresh_guest
     version = _changelog_version()
     deb = build_deb()
+    assert deb.name == f"rdmad_{version}_amd64.deb"
     upgrade = build_deb(f"{version}+lab1")  # built now: the guest waits, not the test
     log(f"packages: {deb.name} ({deb.stat().st_size} B), {upgrade.name}")
 
