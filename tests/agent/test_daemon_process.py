@@ -95,28 +95,23 @@ def api_get(sock_path: Path, url: str) -> tuple[int, dict[str, object]]:
         conn.close()
 
 
+def launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """`rdmad run ARGS` from this tree, its output in tmp_path/daemon.log."""
+    with (tmp_path / "daemon.log").open("w") as log:  # the child keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "rdmad.cli", "run", *args],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def test_ready_status_watchdog_reload_and_term(
     daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path, api_socket: Path
 ) -> None:
     cfg, sd, env = daemon_env
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rdmad.cli",
-            "run",
-            "--foreground",
-            "--config",
-            str(cfg),
-            "--log-format",
-            "json",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = launch(tmp_path, env, "--foreground", "--config", str(cfg), "--log-format", "json")
     try:
         ready = sd.expect("READY=1")
         assert "STATUS=nothing declared" in ready
@@ -139,7 +134,6 @@ def test_ready_status_watchdog_reload_and_term(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
     text = (tmp_path / "daemon.log").read_text()
     assert "config.invalid" in text and "settle" in text
     assert (tmp_path / "state" / "state.json").is_file()
@@ -157,14 +151,7 @@ def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
     dropin = cfg / "rdmad.d" / "50-latin1.toml"
     dropin.parent.mkdir()
     dropin.write_bytes(b'[[rxe]]\nname = "r\xe9seau"\nnetdev = { name = "eth0" }\n')
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg), "--log-format", "json"],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = launch(tmp_path, env, "--config", str(cfg), "--log-format", "json")
     try:
         ready = sd.expect("READY=1")
         assert "config invalid (1 error(s))" in ready
@@ -186,7 +173,6 @@ def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
     invalid = [e for e in events if e.get("event") == "config.invalid"]
     assert [e["error"] for e in invalid] == [
@@ -214,19 +200,18 @@ def test_dry_run_against_a_made_up_node_plans_it_and_changes_nothing(
     (cfg / "rdmad.d" / "50-demo.toml").write_text(
         (REPO / "tests/fixtures/demo-node.toml").read_text()
     )
-    log = (tmp_path / "daemon.log").open("w")
-    cmd = [sys.executable, "-m", "rdmad.cli", "run", "--config", str(cfg), "--root", str(root)]
+    args = ["--config", str(cfg), "--root", str(root)]
     refused = subprocess.run(
-        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert refused.returncode == 2 and "add --dry-run" in refused.stderr
-    proc = subprocess.Popen(
-        [*cmd, "--dry-run", "--log-format", "json"],
+        [sys.executable, "-m", "rdmad.cli", "run", *args],
         cwd=REPO,
         env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
+    assert refused.returncode == 2 and "add --dry-run" in refused.stderr
+    proc = launch(tmp_path, env, *args, "--dry-run", "--log-format", "json")
     try:
         sd.expect("READY=1")
         code, plan = api_get(api_socket, "/v1/plan")
@@ -242,7 +227,6 @@ def test_dry_run_against_a_made_up_node_plans_it_and_changes_nothing(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
     assert numvfs.read_text() == before
 
 
@@ -255,24 +239,8 @@ def test_guard_kit_is_installed_before_the_first_pass_and_the_hook_goes_at_stop(
     machine has not: tests/lab/test_guard_container_lab.py shows the hook at work.)"""
     cfg, sd, env = daemon_env
     kit = tmp_path / "guard"
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rdmad.cli",
-            "run",
-            "--config",
-            str(cfg),
-            "--guard-kit",
-            str(kit),
-            "--log-format",
-            "json",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    proc = launch(
+        tmp_path, env, "--config", str(cfg), "--guard-kit", str(kit), "--log-format", "json"
     )
     try:
         sd.expect("READY=1")
@@ -285,7 +253,6 @@ def test_guard_kit_is_installed_before_the_first_pass_and_the_hook_goes_at_stop(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
     assert not Path("/etc/modprobe.d/rdmad-guard.conf").exists()
     assert (kit / "hook").is_file()  # the copy stays: a hook left by a crash still runs
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
