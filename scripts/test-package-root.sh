@@ -63,7 +63,7 @@ fi
 
 # The trixie root serves scripts/test-pythons.sh too: the same packages for both.
 packages="$python,kmod,systemd,libudev1"
-[[ $suite == trixie ]] && packages+=",python3-venv,ca-certificates"
+[[ $suite == trixie ]] && packages+=",python3-venv,ca-certificates,curl"
 root=$(bash scripts/debian-root.sh "$suite" "$arch" "$packages")
 
 log "the .deb (scripts/build-deb.sh --target $target --arch $arch)"

@@ -21,7 +21,7 @@ command -v debootstrap >/dev/null || {
 
 SUITES=(tests/unit tests/ctl tests/api)
 # The same root as scripts/test-package-root.sh debian13 (same packages).
-root=$(bash scripts/debian-root.sh trixie amd64 python3.13,kmod,systemd,libudev1,python3-venv,ca-certificates)
+root=$(bash scripts/debian-root.sh trixie amd64 python3.13,kmod,systemd,libudev1,python3-venv,ca-certificates,curl)
 version=$(chroot "$root" python3.13 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 log "Python $version (Debian 13)"
 
@@ -29,9 +29,13 @@ rm -rf "$root/src"
 mkdir -p "$root/src"
 bash scripts/tree-files.sh | tar --null -T - -cf - | tar -C "$root/src" -xf -
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# This machine's trust store, for pip in the root: the root's own ca-certificates does
+# not have a CA the machine adds (a TLS-inspecting proxy's, on some networks).
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/rdmad-host-ca.pem"
 
 # PIP_* of this machine name its own paths; the root has none of them.
 unshare --mount --fork env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    PIP_CERT=/etc/rdmad-host-ca.pem \
     sh -euc '
     root=$1; shift
     mount -t proc proc "$root/proc"
