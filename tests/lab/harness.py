@@ -55,6 +55,11 @@ INSTALL_DIR = "/opt/rdmad/src"
 # of rdmad/ into the image's venv: seconds, for iterating on the code).
 INSTALL_MODE_ENV = "RDMAD_LAB_INSTALL"
 BUILD_DEB = REPO_ROOT / "scripts" / "build-deb.sh"
+# The guest's Debian release, read by image/build.sh too: bookworm (the lab's own) or
+# trixie (the Debian 13 guest of `make test-debian13-lab`), and the package target
+# (packaging/targets.toml) each one installs.
+SUITE_ENV = "RDMAD_LAB_SUITE"
+DEB_TARGETS = {"bookworm": "debian12", "trixie": "debian13"}
 PACKAGE_PYTHON = "/usr/lib/rdmad/bin/python3"
 GUEST_DEB_DIR = "/var/cache/rdmad-lab-debs"
 WORKDIR_PREFIX = "rdmad-lab-"
@@ -175,6 +180,14 @@ def install_mode() -> str:
     return mode
 
 
+def deb_target() -> str:
+    """The packaging/targets.toml release whose .deb the lab guest installs."""
+    suite = os.environ.get(SUITE_ENV, "bookworm")
+    if suite not in DEB_TARGETS:
+        raise LabError(f"{SUITE_ENV}={suite!r}: use one of {', '.join(DEB_TARGETS)}")
+    return DEB_TARGETS[suite]
+
+
 _DEBS: dict[str, Path] = {}
 
 
@@ -186,8 +199,9 @@ def build_deb(version: str | None = None) -> Path:
     """
     key = version or ""
     if key not in _DEBS:
-        argv = ["bash", str(BUILD_DEB)] + (["--version", version] if version else [])
-        log(f"building the .deb{f' {version}' if version else ''} (cached by its inputs)")
+        argv = ["bash", str(BUILD_DEB), "--target", deb_target()]
+        argv += ["--version", version] if version else []
+        log(f"building the {deb_target()} .deb{f' {version}' if version else ''} (cached)")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
         if proc.returncode != 0:
             raise LabError(f"scripts/build-deb.sh failed:\n{proc.stderr[-4000:]}")

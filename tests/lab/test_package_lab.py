@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 
 import pytest
+import tomllib
 from demo import NUMVFS, config_text, restored_condition, virtio_nic_pci
-from harness import REPO_ROOT, Guest, build_deb, log
+from harness import REPO_ROOT, Guest, build_deb, deb_target, log
 from service import STATE, applied, history, history_entries, reload
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
@@ -22,11 +23,13 @@ CONFIG = "/etc/rdmad/rdmad.toml"
 
 
 def _changelog_version() -> str:
-    """The changelog's newest version with Debian 12's target suffix (targets.toml)."""
+    """The changelog's newest version with the guest release's suffix (targets.toml)."""
     first = (REPO_ROOT / "packaging/deb/debian/changelog").read_text().splitlines()[0]
     match = re.match(r"^rdmad \(([^)]+)\)", first)
     assert match, first
-    return match.group(1) + "~deb12"
+    with (REPO_ROOT / "packaging/targets.toml").open("rb") as f:
+        suffix = tomllib.load(f)[deb_target()]["release"]
+    return match.group(1) + suffix
 
 
 def _show(g: Guest, prop: str) -> str:

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Build the rdmad lab guest image (Debian 12, kernel 6.1, netdevsim, dummy
 # nvidia modules, rdmad's runtime venv) into a cache keyed by its inputs.
+# RDMAD_LAB_SUITE=trixie builds the Debian 13 guest instead (its own kernel, no
+# netdevsim, dummy modules or venv: it runs only the Debian 13 .deb; make
+# test-debian13-lab), in a cache directory of its own.
 #
 #   build.sh          build unless cached; print the image directory on stdout
 #   build.sh --key    print the cache key
@@ -15,7 +18,12 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 CACHE=${RDMAD_LAB_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/rdmad-lab}
-SUITE=bookworm
+SUITE=${RDMAD_LAB_SUITE:-bookworm}
+case $SUITE in
+    bookworm) ;;
+    trixie) CACHE=$CACHE-trixie ;;
+    *) echo "build.sh: RDMAD_LAB_SUITE=$SUITE: use bookworm or trixie" >&2; exit 2 ;;
+esac
 VENV=/opt/rdmad/venv
 # Lab-only files in the guest that no package owns (the unknown-symbol peermem).
 LAB_SHARE=/usr/local/share/rdmad-lab
@@ -47,6 +55,10 @@ kernel_version() {
     kernel_pkg_dep | sed -n 's/^linux-headers-\([^ ]*\).*/\1/p'
 }
 
+# Debian 13's guest: the release's own kernel (its newest linux-image-amd64), nothing
+# built against it here.
+trixie() { [[ $SUITE == trixie ]]; }
+
 runtime_deps() {
     "$(host_python)" "$HERE/runtime_deps.py" "$REPO/pyproject.toml"
 }
@@ -54,7 +66,7 @@ runtime_deps() {
 cache_key() {
     {
         echo "suite=$SUITE"
-        echo "kernel=$(kernel_pkg_dep)"
+        if trixie; then echo "kernel=linux-image-amd64"; else echo "kernel=$(kernel_pkg_dep)"; fi
         echo "deps:"
         runtime_deps
         # Every file of the image recipe: this script, packages, module
@@ -68,7 +80,27 @@ cache_key() {
 # The Debian mirror the host already uses, from its apt sources (one script for this
 # image and the container image): the project never names a mirror itself.
 host_mirror() {
-    bash "$REPO/scripts/debian-mirror.sh" "$SUITE" || die "no '$SUITE' source in the host's apt sources"
+    local suite=${1:-$SUITE}
+    # The archive that serves bookworm here serves trixie too when no source names it.
+    bash "$REPO/scripts/debian-mirror.sh" "$suite" 2>/dev/null \
+        || { [[ $suite == trixie* ]] && bash "$REPO/scripts/debian-mirror.sh" "${suite/trixie/bookworm}"; } \
+        || die "no '$suite' source in the host's apt sources"
+}
+
+# The guest's apt sources: the host's own for bookworm (incl. security, where the
+# kernel whose ABI matches linux-headers-amd64 usually lives); for trixie the same
+# archives with trixie's suites.
+guest_sources() {
+    if ! trixie; then
+        cp /etc/apt/sources.list.d/*.sources "$ROOT/etc/apt/sources.list.d/" 2>/dev/null || true
+        [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$ROOT/etc/apt/sources.list"
+        return 0
+    fi
+    printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\n' \
+        "$(host_mirror trixie)" >"$ROOT/etc/apt/sources.list.d/debian.sources"
+    printf '\nTypes: deb\nURIs: %s\nSuites: trixie-security\nComponents: main\n' \
+        "$(host_mirror trixie-security)" >>"$ROOT/etc/apt/sources.list.d/debian.sources"
+    rm -f "$ROOT/etc/apt/sources.list"
 }
 
 # Unmount everything below $1 (deepest first); used for cleanup and for
@@ -116,10 +148,7 @@ step_debootstrap() {
 step_packages() {
     local kver=$1 pkgs
     mapfile -t pkgs < <(grep -v -e '^#' -e '^ *$' "$HERE/packages.txt")
-    # The host's own apt sources (incl. security, where the kernel whose ABI
-    # matches linux-headers-amd64 usually lives).
-    cp /etc/apt/sources.list.d/*.sources "$ROOT/etc/apt/sources.list.d/" 2>/dev/null || true
-    [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$ROOT/etc/apt/sources.list"
+    guest_sources
     printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
     chmod +x "$ROOT/usr/sbin/policy-rc.d"
     cp -a "$HERE/rootfs/." "$ROOT/"
@@ -130,10 +159,15 @@ step_packages() {
         || { tail -30 "$WORK/apt.log" >&2; die "package install failed"; }
     # Written after initramfs-tools is installed: this file is its conffile.
     printf '%s\n' virtio_pci virtio_blk virtio_console ext4 crc32c_generic >"$ROOT/etc/initramfs-tools/modules"
-    log "installing linux-image-$kver"
-    apt_in_chroot install "linux-image-$kver" >>"$WORK/apt.log" 2>&1 \
+    log "installing linux-image-${kver:-amd64}"
+    apt_in_chroot install "linux-image-${kver:-amd64}" >>"$WORK/apt.log" 2>&1 \
         || { tail -30 "$WORK/apt.log" >&2; die "kernel install failed"; }
+    if [[ -z $kver ]]; then
+        kver=$(ls "$ROOT/lib/modules")
+        [[ $kver != *$'\n'* ]] || die "more than one kernel in the guest: $kver"
+    fi
     [[ -f $ROOT/boot/initrd.img-$kver ]] || die "no initrd for $kver"
+    echo "$kver" >"$WORK/kver"
 }
 
 step_venv() {
@@ -226,9 +260,11 @@ in_chroot_py_version() {
 }
 
 build() {
-    local kver started=$SECONDS
-    kver=$(kernel_version)
-    [[ -n $kver ]] || die "cannot tell the guest kernel version"
+    local kver="" started=$SECONDS
+    if ! trixie; then
+        kver=$(kernel_version)
+        [[ -n $kver ]] || die "cannot tell the guest kernel version"
+    fi
     [[ $(id -u) -eq 0 ]] || die "building the image needs root (debootstrap, chroot)"
     mkdir -p "$CACHE"
     # Builds killed earlier (even by SIGKILL) leave only .build-* dirs.
@@ -242,11 +278,18 @@ build() {
     mkdir -p "$ROOT" "$OUT"
     trap 'remove_tree "$WORK"' EXIT
     trap 'exit 130' INT TERM
-    log "building image $KEY (kernel $kver) in $WORK"
+    log "building image $KEY ($SUITE, kernel ${kver:-linux-image-amd64}) in $WORK"
     step_debootstrap
     step_packages "$kver"
-    step_modules "$kver"
-    step_venv
+    kver=$(cat "$WORK/kver")
+    if trixie; then
+        log "$SUITE: no netdevsim, dummy modules or venv (the guest runs the .deb only)"
+        in_chroot sh -c 'python3 -m compileall -q -j0 "$(python3 -c "import sysconfig; print(sysconfig.get_path(\"stdlib\"))")"' \
+            >/dev/null 2>&1 || true
+    else
+        step_modules "$kver"
+        step_venv
+    fi
     step_configure
     step_image "$kver"
     sync
