@@ -82,9 +82,19 @@ def snapshot(observed: Observed, header: str = "") -> str:
             lines.append(f"netdev = {{ name = {_str(link.netdev)} }}")
         elif link.is_rxe:
             lines += ["", f"# rxe link {link.name} has no netdev now, so it is not declared"]
+    lines.extend(_rdma(observed))
     # Comments quote names and notes as the kernel gives them; a control character there
     # would drive a terminal and is not allowed in TOML. Values are JSON-escaped already.
     return "\n".join(safe(line) for line in lines).lstrip("\n") + "\n"
+
+
+def _rdma(observed: Observed) -> list[str]:
+    """The RDMA netns mode when it is not the kernel's default (shared): exclusive was
+    chosen by someone, and is lost at the next boot unless declared."""
+    mode = observed.rdma_sys.netns_mode if observed.rdma_sys is not None else None
+    if mode == "exclusive":
+        return ["", "[rdma]", 'netns_mode = "exclusive"']
+    return []
 
 
 def _sriov(pf: PfObserved) -> list[str]:

@@ -201,6 +201,9 @@ class _NowCollector(Collector):
             d = report.detail
             if d is None:
                 continue
+            if d.kind == "rdma" and d.observed.get("netns_mode") in _NETNS_MODES:
+                for mode in _NETNS_MODES:
+                    now.netns_mode.add_metric([mode], 1 if d.observed["netns_mode"] == mode else 0)
             if d.kind == "sriov":
                 pf = str(d.desired.get("pf") or report.obj)
                 desired_n = _count(d.desired.get("numvfs"))
@@ -246,6 +249,7 @@ class _NowCollector(Collector):
 
 # Guard states of a PF that has no hook to install: driver_guard off, a built-in driver.
 _GUARD_NOT_WANTED = ("off", "not needed", "unknown")
+_NETNS_MODES = ("shared", "exclusive")
 
 
 class _Now:
@@ -294,6 +298,12 @@ class _Now:
             "1 when `modprobe -r` of a guarded PF's driver asks the guard, 0 when not (yet).",
             labels=["pf"],
         )
+        self.netns_mode = g(
+            "rdmad_rdma_netns_mode",
+            "The RDMA netns mode in force (1 for it, 0 for the other), with [rdma] netns_mode "
+            "declared and ib_core loaded.",
+            labels=["mode"],
+        )
         self.paused = g(
             "rdmad_paused",
             "1 while a guarded stop is in progress (no module loads, no rxe links).",
@@ -325,6 +335,7 @@ class _Now:
             self.passes_failing,
             self.ready,
             self.guard,
+            self.netns_mode,
             self.paused,
             self.config_valid,
             self.last_success,

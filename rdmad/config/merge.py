@@ -3,7 +3,7 @@ every key the file and key path it came from (so each error names them).
 
 Merge rules (documented in etc/rdmad/rdmad.toml too):
 
-* ``[daemon]`` and ``[peermem]``: key by key, a later file's key wins.
+* ``[daemon]``, ``[peermem]``, ``[rdma]`` (any table): key by key, a later file's key wins.
 * ``[[rxe]]``: keyed by ``name``; ``[[sriov]]``: keyed by ``pf`` (the same
   reference, e.g. ``pf = { pci = "0000:3b:00.0" }``). A later file that names
   the same object overrides the keys it sets; keys it does not set stay.

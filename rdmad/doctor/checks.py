@@ -18,6 +18,7 @@ from typing import Any
 
 from rdmad import modsupport
 from rdmad.doctor.fs import Root
+from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report
 from rdmad.peermem.choice import decide
 from rdmad.peermem.facts import gather, kmsg_text
@@ -49,6 +50,7 @@ def run_checks(fs: Root, config: str | None = DEFAULT_CONFIG) -> Report:
         peermem_check(fs, str(cfg.get("peermem", {}).get("mode", "auto")), log or []),
         rxe(fs, release),
         sriov(fs, cfg, cfg_note),
+        rdma_netns(fs, cfg),
     ]
     if release:
         notes.insert(0, f"kernel {release}")
@@ -60,8 +62,8 @@ def run_checks(fs: Root, config: str | None = DEFAULT_CONFIG) -> Report:
 
 
 def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
-    """The declared [peermem] and [[sriov]] of rdmad's config (merged as rdmad merges
-    them: key by key for [peermem], later PF entries win); a note when unreadable."""
+    """The declared [peermem], [rdma] and [[sriov]] of rdmad's config (merged as rdmad
+    merges them: key by key for the tables, later PF entries win); a note when unreadable."""
     if where is None:
         return {}, "no config given"
     if not os.path.lexists(where):
@@ -69,11 +71,11 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     docs, note = read_documents(where)
     if note is not None:
         return {}, note
-    merged: dict[str, Any] = {"peermem": {}, "sriov": {}}
+    merged: dict[str, Any] = {"peermem": {}, "sriov": {}, "rdma": {}}
     for _, doc in docs:
-        pm = doc.get("peermem")
-        if isinstance(pm, dict):
-            merged["peermem"].update(pm)
+        for table in ("peermem", "rdma"):
+            if isinstance(doc.get(table), dict):
+                merged[table].update(doc[table])
         for entry in doc.get("sriov", []) if isinstance(doc.get("sriov"), list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("pf"), dict):
                 key = tuple(sorted((str(k), str(v)) for k, v in entry["pf"].items()))

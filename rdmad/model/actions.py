@@ -136,6 +136,33 @@ class SyncGuardHook(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SetRdmaNetnsMode(Action):
+    """``rdma system set netns NEW``: the kernel accepts it only while no network
+    namespace but the host's exists."""
+
+    old: str = ""
+    new: str = ""
+    kind: ClassVar[str] = "set-rdma-netns"
+
+    def describe(self) -> str:
+        return f"rdma system set netns {self.new} (was {self.old})"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncIbCoreOptions(Action):
+    """Make rdmad's modprobe.d file give ib_core ``mode`` at its next load (None: remove it)."""
+
+    mode: str | None = None
+    old: str | None = None
+    kind: ClassVar[str] = "sync-ib-core-options"
+
+    def describe(self) -> str:
+        if self.mode is None:
+            return "remove the modprobe.d ib_core netns_mode option"
+        return f"ib_core loads in netns mode {self.mode} (modprobe.d option)"
+
+
+@dataclass(frozen=True, slots=True)
 class AddRxe(Action):
     name: str = ""
     netdev: str = ""
@@ -280,6 +307,8 @@ def action_touches(action: Action) -> frozenset[str]:
         names = {action.vf_pci}
     elif isinstance(action, AddRxe | DeleteRxe):
         names = {action.name, action.netdev}
+    elif isinstance(action, SetRdmaNetnsMode):
+        names = {"ib_core"}  # unloaded meanwhile: the next load reads the modprobe.d option
     elif isinstance(action, LoadModule):
         # As /sys/module and module uevents name them: a module that went away (an RDMA
         # stack restart) or one it needs coming back makes the same load a new one.

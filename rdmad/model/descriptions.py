@@ -160,4 +160,15 @@ DESCRIPTIONS: dict[str, str] = {
         "note, when DMA-BUF works without it). `require`: load it; degraded while it is "
         "not loaded. `off`: never load it."
     ),
+    # [rdma]
+    "[rdma]": "The RDMA subsystem, node-wide.",
+    "rdma.netns_mode": (
+        "`rdma system set netns`: `exclusive` shows an RDMA device only in the network "
+        "namespace it was moved into (containers with RDMA need it), `shared` in every "
+        "namespace (the kernel's default). Written as an ib_core option in "
+        "/etc/modprobe.d/rdmad-ib-core.conf (ib_core starts in it at boot and after a "
+        "reload) and set in the running kernel, which allows it only while no network "
+        "namespace but the host's exists (blocked, naming them, otherwise). Unset: left "
+        "as it is."
+    ),
 }

@@ -152,6 +152,15 @@ class PeermemSpec(_Spec, frozen=True):
     mode: Literal["auto", "require", "off"] = "auto"
 
 
+class RdmaSpec(_Spec, frozen=True):
+    """The RDMA subsystem, node-wide."""
+
+    # `rdma system set netns`: "exclusive" gives each network namespace the RDMA devices
+    # moved into it and no others (containers with RDMA need it), "shared" shows every
+    # device in every namespace (the kernel's default). None: not managed.
+    netns_mode: Literal["shared", "exclusive"] | None = None
+
+
 class DaemonSpec(_Spec, frozen=True):
     drift_interval: Annotated[float, Meta(ge=1.0), Before(parse_duration)] = 300.0
     settle: Annotated[float, Meta(le=10.0), Before(parse_duration)] = 0.15
@@ -215,3 +224,4 @@ class Desired(_Spec, frozen=True):
     rxe: tuple[RxeSpec, ...] = ()
     sriov: tuple[SriovSpec, ...] = ()
     peermem: PeermemSpec = field(default_factory=PeermemSpec)
+    rdma: RdmaSpec = field(default_factory=RdmaSpec)

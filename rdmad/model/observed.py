@@ -202,6 +202,26 @@ class PauseObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class RdmaSysObserved:
+    """The RDMA subsystem's network-namespace mode (rdmad.kernel.ibcore).
+
+    ``netns_mode``: "shared" or "exclusive" now; None while ib_core is not loaded.
+    ``boot_mode``: what rdmad's modprobe.d file gives ib_core at its next load; None
+    without the file (or a file without rdmad's line: ``boot_file_current`` False).
+    ``namespaces``: the network namespaces besides the host's that could be seen, which
+    make the kernel refuse a change (EBUSY); read only while a change is pending, else
+    None. ``namespaces_unknown``: what could not be read (they name; the kernel decides).
+    """
+
+    netns_mode: str | None = None
+    boot_mode: str | None = None
+    boot_file: bool = False
+    boot_file_current: bool = True
+    namespaces: tuple[str, ...] | None = None
+    namespaces_unknown: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Observed:
     netdevs: tuple[NetdevObserved, ...] = ()
     pfs: tuple[PfObserved, ...] = ()  # every SR-IOV capable PCI function
@@ -215,6 +235,8 @@ class Observed:
     pause: PauseObserved | None = None  # only while in force
     # The last pause written, in force or over (ended_why says why): the history's view.
     pause_record: PauseObserved | None = None
+    # None: not looked at (a hand-built snapshot): nothing is planned for [rdma].
+    rdma_sys: RdmaSysObserved | None = None
 
     def netdev(self, name: str) -> NetdevObserved | None:
         for n in self.netdevs:

@@ -30,6 +30,9 @@ Rules, each with a test in tests/unit/test_reconcile.py:
 * The peer-memory module (nvidia-peermem / nvidia-p2p) is loaded when the GPU
   driver and the RDMA core are loaded and it is not, unless a finding says it
   cannot be (``peermem.py``); never unloaded.
+* The RDMA netns mode is written to ib_core's modprobe.d option first (it holds from
+  the next load on), and changed in the running kernel only while no other network
+  namespace is known to exist (``rdmasys.py``). Planned before everything else.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from rdmad.model import Action, Desired, Observed, PlanState
 from rdmad.reconcile.guard import plan_guard, stand_back
 from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.peermem import plan_peermem
+from rdmad.reconcile.rdmasys import declared as rdma_declared
+from rdmad.reconcile.rdmasys import plan_rdma
 from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
 from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
 
@@ -45,6 +50,7 @@ from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
 def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
     actions: list[Action] = []
     claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
+    actions.extend(plan_rdma(desired.rdma, observed))
     for spec in desired.sriov:
         actions.extend(plan_sriov(spec, observed, state, claimed))
     actions.extend(plan_rxe(desired, observed, state))
@@ -58,6 +64,7 @@ def declared_objects(desired: Desired) -> list[str]:
         [s.obj for s in desired.sriov]
         + [r.obj for r in desired.rxe]
         + peermem_declared(desired.peermem)
+        + rdma_declared(desired.rdma)
     )
 
 

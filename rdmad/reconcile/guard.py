@@ -21,6 +21,7 @@ from rdmad.model import (
     LoadModule,
     Observed,
     PfObserved,
+    SetRdmaNetnsMode,
     SyncGuardHook,
     Waiting,
 )
@@ -82,7 +83,9 @@ def stand_back(actions: list[Action], observed: Observed) -> list[Action]:
         return actions
     out: list[Action] = []
     for a in actions:
-        if isinstance(a, LoadModule | AddRxe) or (isinstance(a, BindVfDriver) and a.load_module):
+        # An RDMA netlink request (the netns mode) would make the kernel load ib_core too.
+        brings_back = isinstance(a, LoadModule | AddRxe | SetRdmaNetnsMode)
+        if brings_back or (isinstance(a, BindVfDriver) and a.load_module):
             out.append(Waiting(a.obj, f"{a.describe()}: held back, {pause.describe()}"))
         else:
             out.append(a)

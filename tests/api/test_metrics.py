@@ -561,3 +561,19 @@ def test_degraded_gauge_names_the_object(store: StatusStore) -> None:
         frozenset({("object", "peermem")}): 0,
         frozenset({("object", "rxe rxe0")}): 0,
     }
+
+
+def test_rdma_netns_mode_gauge(store: StatusStore) -> None:
+    m = Metrics(store)
+
+    def rdma(live: str | None) -> ObjectReport:
+        observed = {"netns_mode": live, "ib_core_loaded": live is not None}
+        return ObjectReport("rdma", C, detail=ObjectDetail(kind="rdma", observed=observed))
+
+    store.publish(snapshot(1, rdma("exclusive")))
+    assert series(scrape(m), "rdmad_rdma_netns_mode") == {
+        frozenset({("mode", "exclusive")}): 1,
+        frozenset({("mode", "shared")}): 0,
+    }
+    store.publish(snapshot(2, rdma(None)))  # ib_core not loaded: no series
+    assert series(scrape(m), "rdmad_rdma_netns_mode") == {}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rdmad.doctor import Root, run_checks
+from rdmad.doctor.report import Check
 from tests.ctl.conftest import ctl, ctl_env
 from tests.ctl.test_golden import check_golden
 from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, FakeSysfs, gpu_node
@@ -32,6 +33,7 @@ def healthy(root: Path) -> FakeSysfs:
         installed={PEERMEM_KO: b"ib_register_peer_memory_client" + SIGNED},
     )
     fs.write("sys/module/mlx5_core/version", "24.07-0.6.1")
+    fs.write("sys/module/ib_core/parameters/netns_mode", "Y")
     fs.write("proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro intel_iommu=on iommu=pt")
     fs.pf(CX, "mlx5_core", totalvfs=16)
     fs.pci(CX, "mlx5_core", iommu_group=17)
@@ -183,6 +185,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
     allowed = (
         "rdmad.ctl", "rdmad.doctor", "rdmad.peermem", "rdmad.modsupport", "rdmad.text",
         "rdmad.tomlfiles", "rdmad.tomlcompat",  # tomllib (tomli on Python 3.10)
+        "rdmad.netnsnames",
     )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before
@@ -199,3 +202,48 @@ def test_bad_root_is_a_usage_error(tmp_path: Path) -> None:
     r = ctl("doctor", "--root", str(tmp_path / "missing"))
     assert r.code == 2 and "not a directory" in r.err
     assert os.path.exists(tmp_path) and not (tmp_path / "missing").exists()
+
+
+def _netns_check(tmp_path: Path, config: str | None) -> Check:
+    etc = tmp_path / "etc"
+    etc.mkdir(exist_ok=True)
+    if config is not None:
+        (etc / "rdmad.toml").write_text(config)
+    report = run_checks(Root(str(tmp_path / "root")), str(etc))
+    return next(c for c in report.checks if c.id == "rdma-netns")
+
+
+def test_rdma_netns_mode_as_declared_and_at_next_load(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+    fs.write("sys/module/ib_core/parameters/netns_mode", "N")
+    fs.write("etc/modprobe.d/rdmad-ib-core.conf", "options ib_core netns_mode=0\n")
+    check = _netns_check(tmp_path, '[rdma]\nnetns_mode = "exclusive"\n')
+    assert (check.status, check.summary) == ("ok", "RDMA netns mode exclusive")
+    assert "at ib_core's next load: exclusive (/etc/modprobe.d/rdmad-ib-core.conf)" in (
+        check.evidence
+    )
+    # Not managed: said, not judged.
+    check = _netns_check(tmp_path, "")
+    assert check.status == "info" and "not managed" in check.summary
+
+
+def test_rdma_netns_mode_without_the_option_is_a_warning(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+    fs.write("sys/module/ib_core/parameters/netns_mode", "N")
+    check = _netns_check(tmp_path, '[rdma]\nnetns_mode = "exclusive"\n')
+    assert check.status == "warn" and "next load gives shared" in check.summary
+
+
+def test_rdma_netns_mode_blocked_names_the_namespaces(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+    root = tmp_path / "root"
+    fs.write("sys/module/ib_core/parameters/netns_mode", "Y")
+    fs.write("proc/self/ns/net", "")
+    fs.write("run/netns/blue", "")
+    (root / "proc/200/ns").mkdir(parents=True)
+    os.link(root / "run/netns/blue", root / "proc/200/ns/net")
+    fs.write("proc/200/comm", "dnsmasq")
+    check = _netns_check(tmp_path, '[rdma]\nnetns_mode = "exclusive"\n')
+    assert check.status == "fail"
+    assert "1 other network namespace(s) block the change" in check.summary
+    assert "network namespace 'blue' (ip netns): pid 200 (dnsmasq)" in check.evidence

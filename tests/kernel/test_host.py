@@ -26,6 +26,7 @@ from rdmad.kernel.apply.dryrun import RecordingHost
 from rdmad.kernel.apply.host import KernelHost
 from rdmad.kernel.apply.results import RECORDS_KEPT, Outcome
 from rdmad.kernel.errors import KernelError
+from rdmad.kernel.ibcore import OPTIONS_FILE
 from rdmad.kernel.netlink.nlcodec import asciiz, attr, nested
 from rdmad.kernel.netlink.rtnetlink import RtNetlink
 from rdmad.kernel.netlink.rtnl_codec import (
@@ -50,7 +51,9 @@ from rdmad.model import (
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
+    SetRdmaNetnsMode,
     SetVfSettings,
+    SyncIbCoreOptions,
     VfChange,
     VfSettings,
     Waiting,
@@ -119,6 +122,7 @@ class FakeRdma:
         self.made: dict[str, str] = {}
         self.probes = 0
         self.transient = 0  # this many probes fail as out of descriptors first
+        self.netns_modes: list[str] = []  # set_netns_mode calls, in order
 
     def available(self) -> bool:
         self.probes += 1
@@ -142,6 +146,11 @@ class FakeRdma:
         if self.fail:
             raise self.fail
         del self.made[name]
+
+    async def set_netns_mode(self, mode: str) -> None:
+        if self.fail:
+            raise self.fail
+        self.netns_modes.append(mode)
 
     def close(self) -> None:
         pass
@@ -317,6 +326,8 @@ def every_action() -> list[Action]:
         LoadModule("o", "r", module="rdma_rxe"),
         AddRxe("o", "r", name="rxe0", netdev="eth0"),
         DeleteRxe("o", "r", name="rxe9", netdev="eth1"),
+        SyncIbCoreOptions("o", "r", mode="exclusive", old=None),
+        SetRdmaNetnsMode("o", "r", old="shared", new="exclusive"),
     ]
 
 
@@ -879,3 +890,25 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
     finally:
         host.close()
         kernel.close()
+
+
+# --- the RDMA netns mode ------------------------------------------------------------------
+
+
+async def test_netns_mode_option_then_live_mode_and_ebusy_in_words(tree: Path) -> None:
+    (tree / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
+    rdma = FakeRdma()
+    host = make_host(tree, rdma=rdma)
+    done = await host.apply(SyncIbCoreOptions("rdma", "r", mode="exclusive", old=None))
+    assert done.outcome is Outcome.APPLIED, done.describe()
+    assert (tree / OPTIONS_FILE).read_text().endswith("options ib_core netns_mode=0\n")
+    done = await host.apply(SetRdmaNetnsMode("rdma", "r", old="shared", new="exclusive"))
+    assert done.outcome is Outcome.APPLIED and rdma.netns_modes == ["exclusive"]
+    assert [(w.target, w.old, w.new) for w in done.writes] == [
+        ("rdma system netns", "shared", "exclusive")
+    ]
+    rdma.fail = KernelError("set the RDMA netns mode shared", "", errno.EBUSY, "a namespace")
+    done = await host.apply(SetRdmaNetnsMode("rdma", "r", old="exclusive", new="shared"))
+    assert done.outcome is Outcome.FAILED and "busy (EBUSY)" in done.describe()
+    done = await host.apply(SyncIbCoreOptions("rdma", "r", mode=None, old="exclusive"))
+    assert done.outcome is Outcome.APPLIED and not (tree / OPTIONS_FILE).exists()

@@ -17,7 +17,9 @@ from rdmad.model import (
     PfObserved,
     PlanState,
     RdmaLinkObserved,
+    RdmaSysObserved,
     SetVfSettings,
+    SyncIbCoreOptions,
     VfObserved,
     VfSettings,
 )
@@ -243,3 +245,17 @@ def test_a_mac_two_vfs_of_a_pf_share_is_declared_once() -> None:
     [sriov] = parsed(text).sriov
     assert [v.mac for v in sriov.vf] == ["02:00:00:00:01:00", None]
     assert '# mac = "02:00:00:00:01:00"  (VF 0\'s too: declared for one VF of a PF)' in text
+
+
+def test_exclusive_rdma_netns_mode_round_trips() -> None:
+    """Exclusive was chosen by someone and is lost at boot unless declared; shared is the
+    kernel's default and is left undeclared. Declared, it plans only the modprobe.d option
+    (the kernel already has the mode)."""
+    seen = RdmaSysObserved(netns_mode="exclusive")
+    text, actions = round_trip(Observed(rdma_sys=seen))
+    assert '[rdma]\nnetns_mode = "exclusive"' in text
+    assert [type(a) for a in actions] == [SyncIbCoreOptions]
+    with_option = RdmaSysObserved(netns_mode="exclusive", boot_mode="exclusive", boot_file=True)
+    assert round_trip(Observed(rdma_sys=with_option))[1] == []
+    text, actions = round_trip(Observed(rdma_sys=RdmaSysObserved(netns_mode="shared")))
+    assert "[rdma]" not in text and actions == []

@@ -37,6 +37,7 @@ from rdmad.kernel.errors import KernelError
 from rdmad.kernel.events import reflex as reflex_mod
 from rdmad.kernel.events.reflex import RxeReflex
 from rdmad.kernel.guardhook import guard_command, write_hook
+from rdmad.kernel.ibcore import write_options
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.sysfs import PCI_DEVICES
 from rdmad.model import (
@@ -337,6 +338,16 @@ class KernelHost(ObservingHost):
         elif op is Op.RXE_DEL:
             rdma = self._rdma_or_raise(f"delete RDMA link {w.path}")
             await rdma.delete_link(w.path)
+        elif op is Op.RDMA_NETNS:
+            rdma = self._rdma_or_raise(f"set the RDMA netns mode {w.value}")
+            await rdma.set_netns_mode(w.value)
+        elif op is Op.IBCORE_OPTIONS:
+            try:
+                write_options(self.sysfs, w.value or None)
+            except OSError as exc:
+                raise KernelError(
+                    "write the ib_core option", f"/{w.path}", exc.errno, exc.strerror or ""
+                ) from None
         elif op is Op.GUARD_HOOK:
             try:
                 write_hook(self.sysfs, w.value.split(), guard_command())

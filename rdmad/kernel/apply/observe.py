@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, observe_hook
+from rdmad.kernel.ibcore import observe_rdma_sys
 from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.pause import read_pause_record
@@ -138,6 +139,7 @@ def observe(
         guard_hook=observe_hook(sysfs),
         pause=pause,
         pause_record=pause_record,
+        rdma_sys=observe_rdma_sys(sysfs),
     )
 
 
@@ -155,8 +157,9 @@ def observe_changed(
     ``links``: every netdev, read again over rtnetlink (one dump; VF lists not needed);
     or, with ``gone`` (the ifindexes of links deleted since ``last``), only the links
     that changed since (the events' news), the others as ``last`` saw them.
-    ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file is re-read;
-    everything else is carried over: no sysfs walk of PCI functions, no /proc scan.
+    ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file and the
+    RDMA netns mode are re-read; everything else is carried over: no sysfs walk of PCI
+    functions, no /proc scan.
 
     None when the change may reach SR-IOV: a netdev of a PCI function came, went, was
     renamed or changed its address or state; then everything must be read. An RDMA
@@ -196,6 +199,7 @@ def observe_changed(
         rdma_links=rdma_links,
         pause=pause,
         pause_record=pause_record,
+        rdma_sys=observe_rdma_sys(sysfs),  # two small reads: ib_core may have come back
     )
 
 

@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass
 
 from rdmad.kernel.guardhook import HOOK_FILE
+from rdmad.kernel.ibcore import OPTIONS_FILE
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import (
     NO_DRIVER,
@@ -25,8 +26,10 @@ from rdmad.model import (
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
+    SetRdmaNetnsMode,
     SetVfSettings,
     SyncGuardHook,
+    SyncIbCoreOptions,
 )
 
 Change = tuple[str, object, object]  # (target, old, new) of one change
@@ -45,6 +48,8 @@ class Op(enum.Enum):
     RXE_ADD = "rxe-add"
     RXE_DEL = "rxe-del"
     GUARD_HOOK = "guard-hook"  # write (or remove) the modprobe.d guard file, atomically
+    RDMA_NETNS = "rdma-netns"  # nldev SYS_SET: the RDMA subsystem's netns mode
+    IBCORE_OPTIONS = "ib-core-options"  # write (or remove) rdmad's ib_core modprobe.d option
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +63,9 @@ class PlannedWrite:
 
     @property
     def brings_back(self) -> bool:
-        """Loads a module or creates an rxe link: never while a guarded stop is in progress."""
-        return self.op in (Op.MODPROBE, Op.RXE_ADD)
+        """Loads a module, creates an rxe link or sends an RDMA netlink request (which
+        makes the kernel load ib_core): never while a guarded stop is in progress."""
+        return self.op in (Op.MODPROBE, Op.RXE_ADD, Op.RDMA_NETNS)
 
 
 def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
@@ -89,6 +95,12 @@ def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
             ", ".join(action.modules) or None,
         )
         return [PlannedWrite(Op.GUARD_HOOK, (change,), HOOK_FILE, " ".join(action.modules))]
+    if isinstance(action, SetRdmaNetnsMode):
+        change = ("rdma system netns", action.old, action.new)
+        return [PlannedWrite(Op.RDMA_NETNS, (change,), "netns", action.new)]
+    if isinstance(action, SyncIbCoreOptions):
+        change = (f"/{OPTIONS_FILE} netns_mode", action.old, action.mode)
+        return [PlannedWrite(Op.IBCORE_OPTIONS, (change,), OPTIONS_FILE, action.mode or "")]
     if isinstance(action, AddRxe):
         change = (f"rdma link {action.name}", None, f"rxe on {action.netdev}")
         return [PlannedWrite(Op.RXE_ADD, (change,), action.name, action.netdev)]

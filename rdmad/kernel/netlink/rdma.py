@@ -47,6 +47,7 @@ from rdmad.kernel.netlink.rdma_codec import (
     CMD_NEWLINK,
     CMD_PORT_GET,
     CMD_RES_GET,
+    CMD_SYS_SET,
     DRIVER_NAMES,
     NETLINK_RDMA,
     PORT_STATES,
@@ -57,6 +58,7 @@ from rdmad.kernel.netlink.rdma_codec import (
     decode_res,
     decode_summary,
     encode,
+    encode_netns_mode,
     is_nldev,
     newlink_attrs,
     nldev_type,
@@ -74,6 +76,13 @@ _ADD_HINTS = {
 _DEL_HINTS = {
     errno.EINVAL: "only software links (rxe, siw) can be deleted",
     errno.ENODEV: "no such RDMA device",
+}
+_NETNS_HINTS = {
+    errno.EBUSY: (
+        "a network namespace besides the host's exists (a container, `ip netns`, a unit "
+        "with PrivateNetwork=): the mode changes only without one, or at ib_core's next load"
+    ),
+    errno.EPERM: "needs CAP_NET_ADMIN in the host's user namespace",
 }
 NO_IB_CORE = "the running kernel has no InfiniBand core (ib_core): no RDMA netlink, no rxe"
 
@@ -293,6 +302,16 @@ class RdmaNetlink:
             await self._request(CMD_DELLINK, [(ATTR_DEV_INDEX, index)])
         except (NetlinkFailure, OSError) as exc:
             raise _error(op, "", exc, _DEL_HINTS) from None
+        finally:
+            self._nl.close()
+
+    async def set_netns_mode(self, mode: str) -> None:
+        """``rdma system set netns MODE`` ("shared" or "exclusive")."""
+        op = f"set the RDMA netns mode {mode}"
+        try:
+            await self._nl.request(nldev_type(CMD_SYS_SET), 0, encode_netns_mode(mode))
+        except (NetlinkFailure, OSError) as exc:
+            raise _error(op, "", exc, _NETNS_HINTS) from None
         finally:
             self._nl.close()
 

@@ -10,6 +10,7 @@ node at rest costs a comparison per pass rather than a new detail.
 * ``sriov``: a PF's VF count, its VFs and their attributes (and the driver guard);
 * ``rxe``: an rxe link, declared or only planned (to delete or keep);
 * ``peermem``: the peer-memory module and its findings;
+* ``rdmasys``: the RDMA netns mode, live and at ib_core's next load;
 * ``verdicts``: a state and its reason, the worst of several.
 """
 
@@ -19,10 +20,12 @@ from collections.abc import Sequence
 
 from rdmad.model import Action, Desired, ObjectDetail, Observed
 from rdmad.reconcile.detail.peermem import peermem_detail
+from rdmad.reconcile.detail.rdmasys import rdma_detail
 from rdmad.reconcile.detail.rxe import rxe_detail, undeclared_detail
 from rdmad.reconcile.detail.sriov import sriov_detail
 from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
 from rdmad.reconcile.peermem import declared as peermem_declared
+from rdmad.reconcile.rdmasys import OBJ as RDMA_OBJ
 
 __all__ = ["Describer", "describe"]
 
@@ -42,6 +45,8 @@ def describe(
         out[rxe.obj] = rxe_detail(rxe, observed, mine.get(rxe.obj, ()))
     if PEERMEM_OBJ in mine or PEERMEM_OBJ in peermem_declared(desired.peermem):
         out[PEERMEM_OBJ] = peermem_detail(desired, observed, mine.get(PEERMEM_OBJ, ()))
+    if RDMA_OBJ in mine or desired.rdma.netns_mode is not None:
+        out[RDMA_OBJ] = rdma_detail(desired, observed, mine.get(RDMA_OBJ, ()))
     for obj, acts in mine.items():
         if obj not in out:
             out[obj] = undeclared_detail(obj, observed, acts)
