@@ -55,7 +55,13 @@ def file_mode(text: str) -> str | None:
     return _LIVE[m.group(1).upper()] if m else None
 
 
-def observe_rdma_sys(sysfs: Sysfs) -> RdmaSysObserved:
+def observe_rdma_sys(sysfs: Sysfs, carry: RdmaSysObserved | None = None) -> RdmaSysObserved:
+    """The mode now and at the next load; the namespaces while a change is pending.
+
+    ``carry``: the last observation's, for a narrow look after link events (a Kubernetes
+    node's pods make veth events by the hundred): while the same change is still
+    pending, its namespaces are taken over instead of read again (one stat per
+    process). A full observation (drift, module events) reads them afresh."""
     raw = sysfs.read(PARAM)
     live = _LIVE.get(raw or "", None if raw is None else f"unknown ({raw})")
     text = sysfs.read(OPTIONS_FILE)
@@ -63,7 +69,15 @@ def observe_rdma_sys(sysfs: Sysfs) -> RdmaSysObserved:
     current = text is None or (boot is not None and text == render(boot).strip())  # read strips
     namespaces: tuple[str, ...] | None = None
     unknown: str | None = None
-    if live is not None and boot is not None and live != boot:
+    pending = live is not None and boot is not None and live != boot
+    if (
+        pending
+        and carry is not None
+        and (carry.netns_mode, carry.boot_mode) == (live, boot)
+        and (carry.namespaces is not None or carry.namespaces_unknown is not None)
+    ):
+        namespaces, unknown = carry.namespaces, carry.namespaces_unknown
+    elif pending:
         try:
             seen = other_namespaces(sysfs)
             namespaces = seen.labels

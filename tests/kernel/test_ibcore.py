@@ -138,3 +138,18 @@ def test_real_namespaces_are_named(named_namespace: tuple[str, subprocess.Popen[
     assert ours == [f"{ns!r} (ip netns): pid {holder.pid} (sleep)"], labels
     # The test's own namespace (the host's, here) is never listed.
     assert not any(f"pid {os.getpid()} " in label for label in labels)
+
+
+def test_a_narrow_look_carries_the_namespaces_of_the_same_pending_change(tmp_path: Path) -> None:
+    fs = namespaces_tree(tmp_path)
+    fs.module("ib_core", netns_mode="Y")
+    sysfs = Sysfs(tmp_path)
+    write_options(sysfs, "exclusive")
+    full = observe_rdma_sys(sysfs)
+    assert full.namespaces is not None and len(full.namespaces) == 2
+    (tmp_path / "proc/300/ns/net").unlink()  # a container gone: only a full look sees it
+    (tmp_path / "proc/300/comm").unlink()
+    assert observe_rdma_sys(sysfs, full).namespaces == full.namespaces
+    assert len(observe_rdma_sys(sysfs).namespaces or ()) == 1
+    fs.write(PARAM, "N")  # the change happened: nothing pending, nothing carried
+    assert observe_rdma_sys(sysfs, full).namespaces is None

@@ -199,7 +199,9 @@ def observe_changed(
         rdma_links=rdma_links,
         pause=pause,
         pause_record=pause_record,
-        rdma_sys=observe_rdma_sys(sysfs),  # two small reads: ib_core may have come back
+        # Two small reads (ib_core may have come back); a pending change's namespaces as
+        # the last full observation read them.
+        rdma_sys=observe_rdma_sys(sysfs, last.rdma_sys),
     )
 
 
