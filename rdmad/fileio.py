@@ -34,3 +34,13 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
         os.fsync(dfd)  # the rename itself must survive a crash
     finally:
         os.close(dfd)
+
+
+def write_or_remove(path: str | os.PathLike[str], data: bytes | None) -> None:
+    """``write_atomic`` for a file that exists only while it says something: None removes
+    it (already gone is fine). rdmad's modprobe.d files."""
+    if data is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    write_atomic(path, data)

@@ -28,13 +28,11 @@ Standard library only (the guard reads this file to know what a stack stop check
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shlex
 import sys
 
-from rdmad.fileio import write_atomic
+from rdmad.fileio import write_or_remove
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import GuardHookObserved
 
@@ -102,12 +100,7 @@ def observe_hook(sysfs: Sysfs, command: str | None = None) -> GuardHookObserved:
 
 def write_hook(sysfs: Sysfs, modules: list[str] | tuple[str, ...], command: str) -> None:
     """Write the hook atomically (a reader sees the old file or the new); none: remove it."""
-    path = sysfs.path(HOOK_FILE)
-    if not modules:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    write_atomic(path, render(modules, command).encode())
+    write_or_remove(sysfs.path(HOOK_FILE), render(modules, command).encode() if modules else None)
 
 
 def driver_module(sysfs: Sysfs, device_dir: str) -> str | None:

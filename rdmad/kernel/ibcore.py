@@ -24,11 +24,10 @@ Standard library only.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 
-from rdmad.fileio import write_atomic
+from rdmad.fileio import write_or_remove
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import RdmaSysObserved
 from rdmad.netnsnames import other_namespaces
@@ -98,9 +97,6 @@ def observe_rdma_sys(sysfs: Sysfs, carry: RdmaSysObserved | None = None) -> Rdma
 def write_options(sysfs: Sysfs, mode: str | None) -> None:
     """Write the file for ``mode`` atomically; None: remove it."""
     path = sysfs.path(OPTIONS_FILE)
-    if mode is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)  # kmod ships it; a bare root may not
-    write_atomic(path, render(mode).encode())
+    if mode is not None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # kmod ships it; a bare root may not
+    write_or_remove(path, render(mode).encode() if mode is not None else None)
