@@ -17,7 +17,8 @@ caller's own namespace unreadable, raises OSError.
 
 Standard library only, under a root it is given (``path``, ``read``): the daemon
 (``rdmad.kernel.ibcore``, through ``Sysfs``) and ``rdmad-ctl doctor`` (through its
-read-only root) name the same namespaces with the same words. Nothing is opened: only
+read-only root) name the same namespaces with the same words, and read the mode from
+the same parameter with the same table. Nothing is opened: only
 stat and listdir.
 """
 
@@ -27,6 +28,11 @@ import errno
 import os
 from dataclasses import dataclass
 from typing import Protocol
+
+# ib_core's netns_mode parameter: the live mode, and (as an option) the mode ib_core
+# starts in. Its values as sysfs shows them (Y/N) and as modprobe.d gives them (1/0).
+NETNS_MODE_PARAM = "sys/module/ib_core/parameters/netns_mode"
+NETNS_MODES = {"Y": "shared", "N": "exclusive", "1": "shared", "0": "exclusive"}
 
 
 class Root(Protocol):

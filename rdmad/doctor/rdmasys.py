@@ -10,10 +10,8 @@ from typing import Any
 
 from rdmad.doctor.fs import Root
 from rdmad.doctor.report import Check
-from rdmad.netnsnames import other_namespaces
+from rdmad.netnsnames import NETNS_MODE_PARAM, NETNS_MODES, other_namespaces
 
-PARAM = "sys/module/ib_core/parameters/netns_mode"
-MODES = {"Y": "shared", "N": "exclusive", "1": "shared", "0": "exclusive"}
 _OPTION = re.compile(r"^\s*options\s+ib_core\s+(?:.*\s)?netns_mode=([01YNyn])\b", re.M)
 
 
@@ -24,14 +22,14 @@ def boot_modes(fs: Root) -> list[tuple[str, str]]:
     for name in fs.listdir("etc/modprobe.d"):
         if name.endswith(".conf"):
             for m in _OPTION.finditer(fs.read(f"etc/modprobe.d/{name}") or ""):
-                out.append((f"/etc/modprobe.d/{name}", MODES[m.group(1).upper()]))
+                out.append((f"/etc/modprobe.d/{name}", NETNS_MODES[m.group(1).upper()]))
     return out
 
 
 def rdma_netns(fs: Root, cfg: dict[str, Any]) -> Check:
     declared = cfg.get("rdma", {}).get("netns_mode")
-    raw = fs.read(PARAM)
-    live = MODES.get(raw or "") if raw is not None else None
+    raw = fs.read(NETNS_MODE_PARAM)
+    live = NETNS_MODES.get(raw or "") if raw is not None else None
     if raw is None and fs.exists("sys/module/ib_core"):
         # Loaded (or built in) without the parameter: a kernel before 5.3, shared only.
         return Check(

@@ -30,15 +30,14 @@ import re
 from rdmad.fileio import write_or_remove
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import RdmaSysObserved
-from rdmad.netnsnames import other_namespaces
+from rdmad.netnsnames import NETNS_MODE_PARAM as PARAM
+from rdmad.netnsnames import NETNS_MODES, other_namespaces
 
-PARAM = "sys/module/ib_core/parameters/netns_mode"
 OPTIONS_FILE = "etc/modprobe.d/rdmad-ib-core.conf"
 HEADER = (
     "# Written by rdmad from [rdma] netns_mode, removed when that is not declared. Do not\n"
     "# edit: ib_core starts in this RDMA network-namespace mode (0 exclusive, 1 shared).\n"
 )
-_LIVE = {"Y": "shared", "N": "exclusive", "1": "shared", "0": "exclusive"}
 _OPTION = re.compile(r"^options\s+ib_core\s+netns_mode=([01YNyn])\s*$", re.M)
 
 
@@ -51,7 +50,7 @@ def render(mode: str) -> str:
 def file_mode(text: str) -> str | None:
     """The mode a file's ``options`` line gives; None when it has none rdmad wrote."""
     m = _OPTION.search(text)
-    return _LIVE[m.group(1).upper()] if m else None
+    return NETNS_MODES[m.group(1).upper()] if m else None
 
 
 def observe_rdma_sys(sysfs: Sysfs, carry: RdmaSysObserved | None = None) -> RdmaSysObserved:
@@ -62,7 +61,7 @@ def observe_rdma_sys(sysfs: Sysfs, carry: RdmaSysObserved | None = None) -> Rdma
     pending, its namespaces are taken over instead of read again (one stat per
     process). A full observation (drift, module events) reads them afresh."""
     raw = sysfs.read(PARAM)
-    live = _LIVE.get(raw or "", None if raw is None else f"unknown ({raw})")
+    live = NETNS_MODES.get(raw or "", None if raw is None else f"unknown ({raw})")
     text = sysfs.read(OPTIONS_FILE)
     boot = file_mode(text) if text is not None else None
     current = text is None or (boot is not None and text == render(boot).strip())  # read strips
