@@ -105,6 +105,8 @@ def _sriov(pf: PfObserved) -> list[str]:
     if pf.netdev and _PCI.match(pf.pci):
         lines[-1] += f"  # {pf.netdev}, driver {pf.driver or 'none'}"
     lines.append(f"numvfs = {pf.numvfs}")
+    if pf.autoprobe_file and not pf.drivers_autoprobe:
+        lines.append("autoprobe = false")
     lines.extend(_unknown_vfs(pf))
     shared = _shared_macs(pf)
     for vf in pf.vfs:

@@ -46,6 +46,7 @@ class PciFunction:
     # Reads of the above that failed (Unreadable reasons): who holds the function is
     # unknown, whatever the fields say.
     unreadable: tuple[str, ...] = ()
+    autoprobe_file: bool = True  # sriov_drivers_autoprobe is there (netdevsim has none)
 
 
 class Sysfs(SysfsFiles):
@@ -105,6 +106,7 @@ class Sysfs(SysfsFiles):
             numvfs=numvfs,
             totalvfs=totalvfs,
             drivers_autoprobe=autoprobe != 0,
+            autoprobe_file=autoprobe is not None,
             netdevs=entries(f"{base}/net"),
             ib_devices=entries(f"{base}/infiniband"),
             iommu_group=link(f"{base}/iommu_group"),

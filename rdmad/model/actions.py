@@ -37,6 +37,20 @@ class SetNumVfs(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SetAutoprobe(Action):
+    """sriov_drivers_autoprobe of a PF: whether VFs it creates get a driver on their own.
+    Written before the VFs are created; VFs that exist keep the driver they have."""
+
+    pci: str = ""
+    old: bool = True
+    new: bool = True
+    kind: ClassVar[str] = "set-autoprobe"
+
+    def describe(self) -> str:
+        return f"{self.pci}: sriov_drivers_autoprobe {int(self.old)} -> {int(self.new)}"
+
+
+@dataclass(frozen=True, slots=True)
 class SetLinkUp(Action):
     """Bring a PF netdev up: some drivers create VFs only while the PF is up."""
 
@@ -293,7 +307,7 @@ def action_touches(action: Action) -> frozenset[str]:
     re-observes before applying it); events about anything else leave it alone.
     """
     names: set[str | None] = set()
-    if isinstance(action, SetNumVfs):
+    if isinstance(action, SetNumVfs | SetAutoprobe):
         names = {action.pci}
     elif isinstance(action, SetLinkUp):
         names = {action.netdev}

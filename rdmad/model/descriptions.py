@@ -140,6 +140,12 @@ DESCRIPTIONS: dict[str, str] = {
         "`driver_override`), for tools that bind it themselves."
     ),
     "sriov.vf.in_use_drift": "This VF's own `in_use_drift`. Unset: the PF's.",
+    "sriov.autoprobe": (
+        "`sriov_drivers_autoprobe`: `false` leaves the VFs the PF creates unbound until "
+        "rdmad binds each one's declared `driver` (no host driver takes a VF meant for "
+        "vfio-pci first); written before the VFs are created. Unset: left as it is "
+        "(the kernel's default, `true`, after a reboot)."
+    ),
     "sriov.vf.node_guid": (
         "InfiniBand VFs only: the node GUID; set by re-binding the VF, so only while it is free."
     ),

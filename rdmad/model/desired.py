@@ -116,6 +116,9 @@ class SriovSpec(_Spec, frozen=True):
     pf: PfRef
     numvfs: Annotated[int, Meta(ge=0, le=4096)]
     driver_guard: bool = True
+    # sriov_drivers_autoprobe: False leaves new VFs unbound until their declared driver
+    # is bound; None: left as it is.
+    autoprobe: bool | None = None
     in_use_drift: InUseDriftPolicy = "report"
     vf: tuple[VfSpec, ...] = ()
 

@@ -18,6 +18,7 @@ from rdmad.model import (
     Observed,
     PfObserved,
     PlanState,
+    SetAutoprobe,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -84,10 +85,11 @@ def plan_sriov(
         # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
         # bind event starts the next pass, so waiting costs nothing.
         return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
+    first = _autoprobe(obj, spec, pf)  # before VFs are made: it decides their binding
     if pf.numvfs != spec.numvfs:
-        return _plan_numvfs(obj, spec, pf, state)
+        return first + _plan_numvfs(obj, spec, pf, state)
 
-    actions: list[Action] = []
+    actions: list[Action] = first
     netlink_changes: list[VfChange] = []
     for vf_spec in spec.vf:
         vf = pf.vf(vf_spec.index)
@@ -112,6 +114,18 @@ def plan_sriov(
         else:
             actions.append(_settings(obj, pf, "restore declared settings of", netlink_changes))
     return actions
+
+
+def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
+    """sriov_drivers_autoprobe as declared. It changes nothing for VFs that exist (they
+    keep their driver), so it is never held back by one in use."""
+    want = spec.autoprobe
+    if want is None or want == pf.drivers_autoprobe:
+        return []
+    if not pf.autoprobe_file:
+        return [Blocked(obj, f"{pf.pci} has no sriov_drivers_autoprobe (driver {pf.driver})")]
+    why = "VFs are bound by their declared driver only" if not want else "declared"
+    return [SetAutoprobe(obj, why, pci=pf.pci, old=pf.drivers_autoprobe, new=want)]
 
 
 def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:

@@ -48,6 +48,7 @@ from rdmad.model import (
     DeleteRxe,
     LoadModule,
     RdmaLinkObserved,
+    SetAutoprobe,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -318,6 +319,7 @@ async def test_numvfs_write_rechecks_count_and_usage_first(tree: Path) -> None:
 def every_action() -> list[Action]:
     vf = VfChange(0, "mac", "00:00:00:00:00:00", "02:00:00:00:00:01")
     return [
+        SetAutoprobe("o", "r", pci=IGB_PF, old=True, new=False),
         SetNumVfs("o", "r", pci=IGB_PF, old=0, new=7),
         SetVfSettings("o", "r", pci=IGB_PF, pf_netdev="enp94s0f0", pf_ifindex=3, changes=(vf,)),
         ib_action(rebind=True),

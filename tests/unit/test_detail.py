@@ -256,6 +256,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "numvfs": 4,
         "driver_guard": True,
         "in_use_drift": "report",
+        "autoprobe": None,
     }
     assert sr.observed == {
         "pci": PF,
@@ -263,6 +264,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "driver": "mlx5_core",
         "numvfs": 4,
         "totalvfs": 8,
+        "autoprobe": True,
         "up": None,
         "guard": "unknown (the hook file was not read)",
     }

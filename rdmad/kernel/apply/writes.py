@@ -23,6 +23,7 @@ from rdmad.model import (
     BindVfDriver,
     DeleteRxe,
     LoadModule,
+    SetAutoprobe,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -75,6 +76,10 @@ def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
         change: Change = (f"{action.pci} sriov_numvfs", action.old, action.new)
         # Any write to a non-zero count destroys every VF first.
         return [PlannedWrite(Op.NUMVFS, (change,), rel, str(action.new), action.old > 0)]
+    if isinstance(action, SetAutoprobe):
+        rel = f"{sysfs.device_dir(action.pci)}/sriov_drivers_autoprobe"
+        change = (f"{action.pci} sriov_drivers_autoprobe", int(action.old), int(action.new))
+        return [PlannedWrite(Op.SYSFS, (change,), rel, str(int(action.new)))]
     if isinstance(action, SetLinkUp):
         return [PlannedWrite(Op.LINK_UP, ((f"{action.netdev} link", "down", "up"),), action.netdev)]
     if isinstance(action, SetVfSettings):

@@ -20,6 +20,7 @@ from rdmad.model import (
     ObjectState,
     Observed,
     PfObserved,
+    SetAutoprobe,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -55,6 +56,7 @@ class _SriovPlan:
     any_blocked: str | None = None  # the first Blocked, whatever it is about
     any_waiting: str | None = None
     count_step: str | None = None  # SetNumVfs / SetLinkUp
+    autoprobe_step: str | None = None  # SetAutoprobe
 
     @classmethod
     def read(cls, actions: Iterable[Action]) -> _SriovPlan:
@@ -88,6 +90,8 @@ class _SriovPlan:
                     p.vf_waiting.setdefault(vf, a.reason)
             elif isinstance(a, SetNumVfs | SetLinkUp):
                 p.count_step = p.count_step or a.reason
+            elif isinstance(a, SetAutoprobe):
+                p.autoprobe_step = a.reason
         return p
 
 
@@ -109,6 +113,7 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "numvfs": spec.numvfs,
             "driver_guard": spec.driver_guard,
             "in_use_drift": spec.in_use_drift,
+            "autoprobe": spec.autoprobe,
         },
         observed={}
         if pf is None
@@ -118,10 +123,11 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "driver": pf.driver,
             "numvfs": pf.numvfs,
             "totalvfs": pf.totalvfs,
+            "autoprobe": pf.drivers_autoprobe if pf.autoprobe_file else None,
             "up": pf.operstate_up,
             "guard": guard_state(spec, pf, observed),
         },
-        attributes=(numvfs,),
+        attributes=(numvfs, *_autoprobe(spec, pf, plan)),
         vfs=vfs,
     )
 
@@ -140,6 +146,22 @@ def guard_state(spec: SriovSpec, pf: PfObserved, observed: Observed) -> str:
     if pf.driver_module in hook.modules and hook.current:
         return f"installed (modprobe -r {pf.driver_module} asks the guard)"
     return f"not installed yet for {pf.driver_module}"
+
+
+def _autoprobe(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list[AttrStatus]:
+    """sriov_drivers_autoprobe, when declared."""
+    if spec.autoprobe is None:
+        return []
+    seen = pf.drivers_autoprobe if pf is not None and pf.autoprobe_file else None
+    if seen == spec.autoprobe:
+        verdict = CONVERGED
+    elif plan.autoprobe_step is not None:
+        verdict = (ObjectState.PENDING, plan.autoprobe_step)
+    elif plan.blocked is not None:
+        verdict = (ObjectState.BLOCKED, plan.blocked)
+    else:
+        verdict = (ObjectState.PENDING, plan.waiting or DIFFERS)
+    return [AttrStatus("autoprobe", spec.autoprobe, seen, *verdict)]
 
 
 def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrStatus:

@@ -1,0 +1,55 @@
+"""plan() for [[sriov]] autoprobe: sriov_drivers_autoprobe written before the VFs are
+made (it decides whether a driver takes them), never held back by a VF in use (VFs
+that exist keep their driver), refused where the PF has no such file; status and
+snapshot."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rdmad.model import Blocked, Desired, ObjectState, PlanState, SetAutoprobe, SetNumVfs
+from rdmad.model.validation import validate
+from rdmad.reconcile import plan
+from rdmad.reconcile.detail import describe
+from rdmad.snapshot import snapshot
+from tests.unit.test_reconcile import PF, node, pf
+
+
+def desired(numvfs: int, autoprobe: bool | None) -> Desired:
+    entry: dict[str, object] = {"pf": {"pci": PF}, "numvfs": numvfs}
+    if autoprobe is not None:
+        entry["autoprobe"] = autoprobe
+    return validate(Desired, {"sriov": [entry]})
+
+
+def test_autoprobe_goes_before_the_vfs_are_made() -> None:
+    actions = plan(desired(2, False), node(pf(numvfs=0)), PlanState())
+    assert [type(a) for a in actions][:2] == [SetAutoprobe, SetNumVfs]
+    first = actions[0]
+    assert isinstance(first, SetAutoprobe) and (first.old, first.new) == (True, False)
+    assert first.describe() == f"{PF}: sriov_drivers_autoprobe 1 -> 0"
+
+
+def test_autoprobe_alone_with_vfs_present_and_unset_untouched() -> None:
+    actions = plan(desired(4, False), node(pf(numvfs=4)), PlanState())
+    assert [type(a) for a in actions] == [SetAutoprobe]
+    assert plan(desired(4, None), node(pf(numvfs=4)), PlanState()) == []
+    as_declared = dataclasses.replace(pf(numvfs=4), drivers_autoprobe=False)
+    assert plan(desired(4, False), node(as_declared), PlanState()) == []
+
+
+def test_a_pf_without_the_file_is_blocked_not_written() -> None:
+    no_file = dataclasses.replace(pf(numvfs=4), autoprobe_file=False)
+    (blocked,) = plan(desired(4, False), node(no_file), PlanState())
+    assert isinstance(blocked, Blocked) and "no sriov_drivers_autoprobe" in blocked.reason
+
+
+def test_status_and_snapshot() -> None:
+    o = node(pf(numvfs=4))
+    d = desired(4, False)
+    detail = describe(d, o, plan(d, o, PlanState()))[f"sriov pci={PF}"]
+    (attr,) = [a for a in detail.attributes if a.name == "autoprobe"]
+    assert (attr.desired, attr.observed, attr.state) == (False, True, ObjectState.PENDING)
+    off = node(dataclasses.replace(pf(numvfs=4), drivers_autoprobe=False))
+    assert "autoprobe = false" in snapshot(off)
+    assert "autoprobe" not in snapshot(o)
