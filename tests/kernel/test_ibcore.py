@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import RdmaSysObserved
 from rdmad.netnsnames import other_namespaces
 from tests.support.fakesysfs import FakeSysfs
+from tests.support.netns import wait_entered
 
 
 def namespaces_tree(root: Path) -> FakeSysfs:
@@ -125,14 +125,7 @@ def named_namespace() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 def test_real_namespaces_are_named(named_namespace: tuple[str, subprocess.Popen[bytes]]) -> None:
     ns, holder = named_namespace
-    target = os.stat(f"/run/netns/{ns}").st_ino
-    deadline = time.monotonic() + 10
-    while (
-        os.stat(f"/proc/{holder.pid}/ns/net").st_ino != target
-        or Path(f"/proc/{holder.pid}/comm").read_text().strip() != "sleep"
-    ):
-        assert time.monotonic() < deadline, "ip netns exec did not run sleep in the namespace"
-        time.sleep(0.02)
+    wait_entered(holder.pid, ns)
     labels = other_namespaces(Sysfs("/")).labels
     ours = [label for label in labels if label.startswith(f"{ns!r} (ip netns)")]
     assert ours == [f"{ns!r} (ip netns): pid {holder.pid} (sleep)"], labels

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from rdmad.kernel.usage.holders import (
 from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
 from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
 from tests.support.fakesysfs import IGB_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
+from tests.support.netns import wait_entered
 
 IGB_VF0 = "0000:5e:10.0"
 IGB_VF1 = "0000:5e:10.2"
@@ -325,13 +325,6 @@ def test_real_kernel_names_the_namespace_a_netdev_moved_into(netns_with_veth: ob
         assert nsid in q.nsids()
         assert q.nsid_of("/etc/hostname") is None
     # The holder's namespace is found by inode; wait (bounded) until ip netns exec entered it.
-    target = os.stat(f"/run/netns/{ns}").st_ino
-    deadline = time.monotonic() + 10
-    while (
-        os.stat(f"/proc/{holder.pid}/ns/net").st_ino != target
-        or Path(f"/proc/{holder.pid}/comm").read_text().strip() != "sleep"
-    ):
-        assert time.monotonic() < deadline, "ip netns exec did not run sleep in the namespace"
-        time.sleep(0.02)
+    wait_entered(holder.pid, ns)
     label = Namespaces(Sysfs("/")).label(nsid)
     assert label.startswith(f"{ns!r} (") and f"pid {holder.pid} (sleep)" in label
