@@ -212,6 +212,10 @@ class _NowCollector(Collector):
                     now.vfs_desired.add_metric([pf], desired_n)
                 if present_n is not None:
                     now.vfs_present.add_metric([pf], present_n)
+                # Only when declared: the kernel's default (1) is no news on other PFs.
+                autoprobe = d.observed.get("autoprobe")
+                if d.desired.get("autoprobe") is not None and isinstance(autoprobe, bool):
+                    now.autoprobe.add_metric([pf], 1 if autoprobe else 0)
                 guard = d.observed.get("guard")
                 if isinstance(guard, str) and not guard.startswith(_GUARD_NOT_WANTED):
                     now.guard.add_metric([pf], 1 if guard.startswith("installed") else 0)
@@ -298,6 +302,12 @@ class _Now:
             "1 when `modprobe -r` of a guarded PF's driver asks the guard, 0 when not (yet).",
             labels=["pf"],
         )
+        self.autoprobe = g(
+            "rdmad_sriov_autoprobe",
+            "A PF's sriov_drivers_autoprobe (1: the host binds new VFs), with autoprobe "
+            "declared for it.",
+            labels=["pf"],
+        )
         self.netns_mode = g(
             "rdmad_rdma_netns_mode",
             "The RDMA netns mode in force (1 for it, 0 for the other), with [rdma] netns_mode "
@@ -335,6 +345,7 @@ class _Now:
             self.passes_failing,
             self.ready,
             self.guard,
+            self.autoprobe,
             self.netns_mode,
             self.paused,
             self.config_valid,

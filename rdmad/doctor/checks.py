@@ -399,7 +399,7 @@ def sriov(fs: Root, cfg: dict[str, Any], note: str | None) -> Check:
         if isinstance(want, int) and want > int(total):
             bad.append(label)
             line += f", {want} declared"
-        evidence.append(line)
+        evidence.append(line + _autoprobe_note(fs, base, entry.get("autoprobe")))
     if bad:
         return Check(
             "sriov",
@@ -410,6 +410,19 @@ def sriov(fs: Root, cfg: dict[str, Any], note: str | None) -> Check:
             "SR-IOV is enabled in the firmware/BIOS",
         )
     return Check("sriov", "ok", f"{len(pfs)} declared PF(s) SR-IOV capable", tuple(evidence))
+
+
+def _autoprobe_note(fs: Root, base: str, declared: object) -> str:
+    """sriov_drivers_autoprobe as seen, and as declared when it differs (rdmad writes it
+    before it makes VFs; a VF made while it was 1 keeps the host's driver)."""
+    raw = fs.read(f"{base}/sriov_drivers_autoprobe")
+    if raw is None:
+        return "" if declared is None else ", no sriov_drivers_autoprobe (autoprobe declared)"
+    seen = raw.strip() not in ("0", "")
+    note = f", autoprobe {int(seen)}"
+    if isinstance(declared, bool) and declared != seen:
+        note += f" (declared {int(declared)}: rdmad writes it at its next pass)"
+    return note
 
 
 def resolve_pf(fs: Root, ref: dict[str, Any]) -> str | None:

@@ -577,3 +577,29 @@ def test_rdma_netns_mode_gauge(store: StatusStore) -> None:
     }
     store.publish(snapshot(2, rdma(None)))  # ib_core not loaded: no series
     assert series(scrape(m), "rdmad_rdma_netns_mode") == {}
+
+
+def test_sriov_autoprobe_gauge_only_where_declared(store: StatusStore) -> None:
+    m = Metrics(store)
+
+    def pf(name: str, declared: bool | None, seen: bool | None) -> ObjectReport:
+        detail = ObjectDetail(
+            kind="sriov",
+            desired={"pf": name, "numvfs": 2, "autoprobe": declared},
+            observed={"pci": name, "numvfs": 2, "autoprobe": seen},
+        )
+        return ObjectReport(f"sriov pci={name}", C, detail=detail)
+
+    store.publish(
+        snapshot(
+            1,
+            pf("0000:01:00.0", False, False),
+            pf("0000:02:00.0", False, True),  # not yet written
+            pf("0000:03:00.0", None, True),  # not declared: no series
+            pf("0000:04:00.0", False, None),  # no sriov_drivers_autoprobe file: none
+        )
+    )
+    assert series(scrape(m), "rdmad_sriov_autoprobe") == {
+        frozenset({("pf", "0000:01:00.0")}): 0,
+        frozenset({("pf", "0000:02:00.0")}): 1,
+    }

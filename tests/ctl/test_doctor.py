@@ -247,3 +247,25 @@ def test_rdma_netns_mode_blocked_names_the_namespaces(tmp_path: Path) -> None:
     assert check.status == "fail"
     assert "1 other network namespace(s) block the change" in check.summary
     assert "network namespace 'blue' (ip netns): pid 200 (dnsmasq)" in check.evidence
+
+
+def test_autoprobe_seen_and_declared(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+    fs.write(f"sys/bus/pci/devices/{CX}/sriov_drivers_autoprobe", "1\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/rdmad.toml").write_text(
+        f'[[sriov]]\npf = {{ pci = "{CX}" }}\nnumvfs = 8\nautoprobe = false\n'
+    )
+
+    def evidence() -> tuple[str, ...]:
+        checks = run_checks(Root(str(tmp_path / "root")), str(tmp_path / "etc")).checks
+        [sriov] = [c for c in checks if c.id == "sriov"]
+        assert sriov.status == "ok"
+        return sriov.evidence
+
+    assert evidence() == (
+        f"pf pci={CX} ({CX}, mlx5_core): up to 16 VFs, autoprobe 1 "
+        "(declared 0: rdmad writes it at its next pass)",
+    )
+    fs.write(f"sys/bus/pci/devices/{CX}/sriov_drivers_autoprobe", "0\n")
+    assert evidence() == (f"pf pci={CX} ({CX}, mlx5_core): up to 16 VFs, autoprobe 0",)
