@@ -105,7 +105,7 @@ def _sriov(pf: PfObserved) -> list[str]:
     if pf.netdev and _PCI.match(pf.pci):
         lines[-1] += f"  # {pf.netdev}, driver {pf.driver or 'none'}"
     lines.append(f"numvfs = {pf.numvfs}")
-    if pf.autoprobe_file and not pf.drivers_autoprobe:
+    if pf.drivers_autoprobe is False:
         lines.append("autoprobe = false")
     lines.extend(_unknown_vfs(pf))
     shared = _shared_macs(pf)
@@ -166,7 +166,7 @@ def _driver(pf: PfObserved, vf: VfObserved) -> Iterator[str]:
             yield f"driver = {_str(NO_DRIVER)}  # unbound: rdmad keeps it so (driver_override)"
     elif vf.driver in EXPLICIT_DRIVERS or vf.driver == vf.driver_override:
         yield f"driver = {_str(vf.driver)}"
-    elif not pf.drivers_autoprobe:
+    elif pf.drivers_autoprobe is False:
         # Without autoprobe a new VF stays unbound: its driver must be declared to come back.
         yield f"driver = {_str(vf.driver)}  # {pf.pci} has sriov_drivers_autoprobe = 0"
 

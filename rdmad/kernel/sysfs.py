@@ -38,7 +38,7 @@ class PciFunction:
     driver_override: str | None
     numvfs: int | None  # None: not SR-IOV capable
     totalvfs: int | None
-    drivers_autoprobe: bool
+    drivers_autoprobe: bool | None  # None: no sriov_drivers_autoprobe (netdevsim has none)
     netdevs: tuple[str, ...]
     ib_devices: tuple[str, ...]
     iommu_group: str | None
@@ -46,7 +46,6 @@ class PciFunction:
     # Reads of the above that failed (Unreadable reasons): who holds the function is
     # unknown, whatever the fields say.
     unreadable: tuple[str, ...] = ()
-    autoprobe_file: bool = True  # sriov_drivers_autoprobe is there (netdevsim has none)
 
 
 class Sysfs(SysfsFiles):
@@ -105,8 +104,7 @@ class Sysfs(SysfsFiles):
             driver_override=None if override in (None, "(null)", "") else override,
             numvfs=numvfs,
             totalvfs=totalvfs,
-            drivers_autoprobe=autoprobe != 0,
-            autoprobe_file=autoprobe is not None,
+            drivers_autoprobe=None if autoprobe is None else autoprobe != 0,
             netdevs=entries(f"{base}/net"),
             ib_devices=entries(f"{base}/infiniband"),
             iommu_group=link(f"{base}/iommu_group"),

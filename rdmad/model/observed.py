@@ -91,8 +91,7 @@ class PfObserved:
     perm_mac: str | None
     numvfs: int
     totalvfs: int
-    drivers_autoprobe: bool = True
-    autoprobe_file: bool = True  # False: no sriov_drivers_autoprobe (netdevsim)
+    drivers_autoprobe: bool | None = True  # None: no sriov_drivers_autoprobe (netdevsim)
     operstate_up: bool | None = None
     vfs: tuple[VfObserved, ...] = ()
     # Why VF settings are None, when they are (truncated list, netlink not read...).

@@ -122,7 +122,7 @@ def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
     want = spec.autoprobe
     if want is None or want == pf.drivers_autoprobe:
         return []
-    if not pf.autoprobe_file:
+    if pf.drivers_autoprobe is None:
         return [Blocked(obj, f"{pf.pci} has no sriov_drivers_autoprobe (driver {pf.driver})")]
     why = "VFs are bound by their declared driver only" if not want else "declared"
     return [SetAutoprobe(obj, why, pci=pf.pci, old=pf.drivers_autoprobe, new=want)]

@@ -39,7 +39,7 @@ def test_autoprobe_alone_with_vfs_present_and_unset_untouched() -> None:
 
 
 def test_a_pf_without_the_file_is_blocked_not_written() -> None:
-    no_file = dataclasses.replace(pf(numvfs=4), autoprobe_file=False)
+    no_file = dataclasses.replace(pf(numvfs=4), drivers_autoprobe=None)
     (blocked,) = plan(desired(4, False), node(no_file), PlanState())
     assert isinstance(blocked, Blocked) and "no sriov_drivers_autoprobe" in blocked.reason
 

@@ -340,7 +340,6 @@ def _pf(
         numvfs=fn.numvfs or 0,
         totalvfs=fn.totalvfs or 0,
         drivers_autoprobe=fn.drivers_autoprobe,
-        autoprobe_file=fn.autoprobe_file,
         operstate_up=facts.up if facts else None,
         vfs=tuple(vfs),
         settings_note=settings_note,

@@ -123,7 +123,7 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "driver": pf.driver,
             "numvfs": pf.numvfs,
             "totalvfs": pf.totalvfs,
-            "autoprobe": pf.drivers_autoprobe if pf.autoprobe_file else None,
+            "autoprobe": pf.drivers_autoprobe,
             "up": pf.operstate_up,
             "guard": guard_state(spec, pf, observed),
         },
@@ -152,7 +152,7 @@ def _autoprobe(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list
     """sriov_drivers_autoprobe, when declared."""
     if spec.autoprobe is None:
         return []
-    seen = pf.drivers_autoprobe if pf is not None and pf.autoprobe_file else None
+    seen = pf.drivers_autoprobe if pf is not None else None
     if seen == spec.autoprobe:
         verdict = CONVERGED
     elif plan.autoprobe_step is not None:
