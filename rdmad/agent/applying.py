@@ -266,6 +266,10 @@ class Applier:
         for (vf, attr, value), write in zip(tried, result.writes, strict=True):
             if getattr(write.error, "errno", None) not in _UNSUPPORTED_ERRNOS:
                 continue
+            if attr == "eswitch.mode" and isinstance(action, SetEswitch) and action.numvfs:
+                # Some drivers refuse a mode change only while VFs exist (ice answers
+                # EOPNOTSUPP): a failure to report and retry, not a lasting "unsupported".
+                continue
             learned += 1
             error = str(write.error)
             key = UnsupportedKey(action.pci, driver, vf, attr, value, error)
