@@ -73,16 +73,19 @@ class Devlink:
         return await self._nl.request(msg.type, msg.flags & NLM_F_DUMP, msg.data)
 
     async def _family_id(self) -> int:
+        if self._family == 0:  # asked before: devlink is built in or not at all
+            raise NoDevlink("find devlink", "", errno.ENOENT, NO_FAMILY)
         if self._family is None:
             try:
                 replies = await self._send(lambda _f, seq: family_request(seq), 0)
             except NetlinkFailure as exc:
                 if exc.errno == errno.ENOENT:  # the controller knows no such family
+                    self._family = 0
                     raise NoDevlink("find devlink", "", errno.ENOENT, NO_FAMILY) from None
                 raise
             family = parse_family(replies[0]).id if replies else 0
-            if not family:
-                raise NoDevlink("find devlink", "", errno.ENOENT, NO_FAMILY)
+            if not family:  # an answer without an id: ask again next time
+                raise NetlinkFailure(errno.EIO, "the controller gave no devlink family id")
             self._family = family
         return self._family
 
