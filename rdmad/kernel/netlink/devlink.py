@@ -59,8 +59,10 @@ class PfSeen:
 class Devlink:
     """devlink for the daemon's network namespace (or a named one)."""
 
-    def __init__(self, netns: str | None = None) -> None:
-        self._nl = NetlinkTransport(NETLINK_GENERIC, netns)
+    def __init__(
+        self, netns: str | None = None, *, transport: NetlinkTransport | None = None
+    ) -> None:
+        self._nl = transport or NetlinkTransport(NETLINK_GENERIC, netns)
         self._family: int | None = None
 
     def close(self) -> None:
