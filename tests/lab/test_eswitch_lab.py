@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from harness import Guest
-from service import applied, ctl_status, history, history_entries, start, stop_and_forget
+from service import applied, ctl, ctl_status, history, history_entries, start, stop_and_forget
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -93,6 +93,9 @@ def test_switchdev_before_the_vfs_kept_against_a_hand_change_and_a_recreated_dev
     assert attrs["eswitch.mode"]["state"] == "converged", attrs
     assert attrs["eswitch.inline_mode"]["state"] == "unsupported-by-driver", attrs
     assert obj["state"] == "unsupported-by-driver", obj
+    table = ctl(g, "status", "--verbose").out
+    assert f"{netdev}, eswitch switchdev, 2 of" in table, table
+    assert f"(representor {reps['0']})" in table, table
     refused = [h for h in history(g) if "eswitch inline_mode" in str(h.get("what", ""))]
     assert len(refused) == 1, refused  # tried once, then remembered
 

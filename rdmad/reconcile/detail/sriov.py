@@ -272,6 +272,7 @@ def _vf(
         usage=vf.usage.state.value if vf is not None else "free",
         holders=vf.usage.holders if vf is not None else (),
         attributes=attrs,
+        representor=vf.representor if vf is not None else None,
     )
 
 
