@@ -83,7 +83,10 @@ def test_switchdev_before_the_vfs_kept_against_a_hand_change_and_a_recreated_dev
         f"netdevsim{NSIM_ID} sriov_numvfs: 0 -> 2",
     ]
     # The representors of the two VFs (devlink's pcivf ports), named in status.
-    g.wait_for(f"[ $(devlink port show {DEV} | grep -c 'flavour pcivf') = 2 ]", timeout=60)
+    # (6.1's iproute2 takes no device handle in `devlink port show`: all ports, filtered.)
+    g.wait_for(
+        f"[ $(devlink port show | grep '^{DEV}/' | grep -c 'flavour pcivf') = 2 ]", timeout=60
+    )
     _, doc = ctl_status(g)
     obj = sriov_object(doc, netdev)
     assert obj["observed"]["eswitch"]["mode"] == "switchdev", obj
