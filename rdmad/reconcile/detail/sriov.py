@@ -187,17 +187,7 @@ def _eswitch(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list[A
         note = plan.notes.get((PF_ATTR, f"eswitch.{option}")) or plan.notes.get(
             (PF_ATTR, "eswitch")
         )
-        verdict: Verdict
-        if note is not None:
-            verdict = note
-        elif now == want:
-            verdict = CONVERGED
-        elif plan.eswitch_step is not None:
-            verdict = (ObjectState.PENDING, plan.eswitch_step)
-        elif plan.blocked is not None:
-            verdict = (ObjectState.BLOCKED, plan.blocked)
-        else:
-            verdict = (ObjectState.PENDING, plan.waiting or DIFFERS)
+        verdict = note or _pf_verdict(now == want, plan.eswitch_step, plan)
         out.append(AttrStatus(f"eswitch.{option}", want, now, *verdict))
     return out
 
@@ -207,15 +197,19 @@ def _autoprobe(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list
     if spec.autoprobe is None:
         return []
     seen = pf.drivers_autoprobe if pf is not None and pf.autoprobe_file else None
-    if seen == spec.autoprobe:
-        verdict = CONVERGED
-    elif plan.autoprobe_step is not None:
-        verdict = (ObjectState.PENDING, plan.autoprobe_step)
-    elif plan.blocked is not None:
-        verdict = (ObjectState.BLOCKED, plan.blocked)
-    else:
-        verdict = (ObjectState.PENDING, plan.waiting or DIFFERS)
+    verdict = _pf_verdict(seen == spec.autoprobe, plan.autoprobe_step, plan)
     return [AttrStatus("autoprobe", spec.autoprobe, seen, *verdict)]
+
+
+def _pf_verdict(matches: bool, step: str | None, plan: _SriovPlan) -> Verdict:
+    """A PF attribute set by an action of its own (``step``: its reason, when planned)."""
+    if matches:
+        return CONVERGED
+    if step is not None:
+        return (ObjectState.PENDING, step)
+    if plan.blocked is not None:
+        return (ObjectState.BLOCKED, plan.blocked)
+    return (ObjectState.PENDING, plan.waiting or DIFFERS)
 
 
 def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrStatus:
