@@ -107,6 +107,11 @@ def _sriov(pf: PfObserved) -> list[str]:
     lines.append(f"numvfs = {pf.numvfs}")
     if pf.drivers_autoprobe is False:
         lines.append("autoprobe = false")
+    if pf.eswitch is not None and pf.eswitch.mode == "switchdev":
+        # Drivers come back in legacy at every boot and reload. The mode only: its inline
+        # and encap modes as read may be the driver's defaults, which some drivers
+        # report but do not let be set.
+        lines.append('eswitch = { mode = "switchdev" }')
     lines.extend(_unknown_vfs(pf))
     shared = _shared_macs(pf)
     for vf in pf.vfs:

@@ -28,11 +28,13 @@ from rdmad.agent.protocols import Host, ResultLike, WriteLike
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
+    PF_ATTR,
     Action,
     AddRxe,
     DeleteRxe,
     LoadModule,
     Observed,
+    SetEswitch,
     SetNumVfs,
     SetVfSettings,
     UnsupportedKey,
@@ -242,30 +244,42 @@ class Applier:
         self.shared.queue.put(again)
 
     def _learn_unsupported(self, action: Action, result: ResultLike, observed: Observed) -> int:
-        """Remember VF attributes the driver refused as unsupported; returns how many.
+        """Remember VF attributes (and eSwitch options) the driver refused as unsupported;
+        returns how many.
 
         They are reported as "unsupported by DRIVER" and not planned again until the
         config or the PF's driver changes, so they neither retry forever nor hold
         READY=1 back. Writes are in the order of ``action.changes`` (one describer).
         """
-        if not isinstance(action, SetVfSettings) or len(result.writes) != len(action.changes):
+        # (vf, attribute, value) of each change, in the order of its writes.
+        tried: list[tuple[int, str, str]]
+        if isinstance(action, SetVfSettings):
+            tried = [(c.vf, c.attr, format_value(c.new)) for c in action.changes]
+        elif isinstance(action, SetEswitch):  # about the PF itself
+            tried = [(PF_ATTR, f"eswitch.{option}", new) for option, _, new in action.changes]
+        else:
+            return 0
+        if len(result.writes) != len(tried):
             return 0
         driver = next((pf.driver or "" for pf in observed.pfs if pf.pci == action.pci), "")
         learned = 0
-        for change, write in zip(action.changes, result.writes, strict=True):
+        for (vf, attr, value), write in zip(tried, result.writes, strict=True):
             if getattr(write.error, "errno", None) not in _UNSUPPORTED_ERRNOS:
                 continue
+            if attr == "eswitch.mode" and isinstance(action, SetEswitch) and action.numvfs:
+                # Some drivers refuse a mode change only while VFs exist (ice answers
+                # EOPNOTSUPP): a failure to report and retry, not a lasting "unsupported".
+                continue
             learned += 1
-            value = format_value(change.new)
             error = str(write.error)
-            key = UnsupportedKey(action.pci, driver, change.vf, change.attr, value, error)
+            key = UnsupportedKey(action.pci, driver, vf, attr, value, error)
             if key not in self.memory.unsupported:
                 self.memory.unsupported.add(key)
                 log.warning(
                     "vf.attribute-unsupported",
                     obj=action.obj,
-                    vf=change.vf,
-                    attr=change.attr,
+                    vf=vf,
+                    attr=attr,
                     value=value,
                     driver=driver,
                     error=error,

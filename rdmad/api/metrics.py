@@ -216,6 +216,11 @@ class _NowCollector(Collector):
                 autoprobe = d.observed.get("autoprobe")
                 if d.desired.get("autoprobe") is not None and isinstance(autoprobe, bool):
                     now.autoprobe.add_metric([pf], 1 if autoprobe else 0)
+                eswitch = d.observed.get("eswitch")
+                seen = eswitch.get("mode") if isinstance(eswitch, dict) else None
+                if d.desired.get("eswitch") is not None and seen in _ESWITCH_MODES:
+                    for mode in _ESWITCH_MODES:
+                        now.eswitch.add_metric([pf, mode], 1 if seen == mode else 0)
                 guard = d.observed.get("guard")
                 if isinstance(guard, str) and not guard.startswith(_GUARD_NOT_WANTED):
                     now.guard.add_metric([pf], 1 if guard.startswith("installed") else 0)
@@ -254,6 +259,7 @@ class _NowCollector(Collector):
 # Guard states of a PF that has no hook to install: driver_guard off, a built-in driver.
 _GUARD_NOT_WANTED = ("off", "not needed", "unknown")
 _NETNS_MODES = ("shared", "exclusive")
+_ESWITCH_MODES = ("legacy", "switchdev")
 
 
 class _Now:
@@ -308,6 +314,12 @@ class _Now:
             "declared for it.",
             labels=["pf"],
         )
+        self.eswitch = g(
+            "rdmad_sriov_eswitch_mode",
+            "A PF's eSwitch mode (1 for it, 0 for the other), with eswitch declared for it "
+            "and the mode read over devlink.",
+            labels=["pf", "mode"],
+        )
         self.netns_mode = g(
             "rdmad_rdma_netns_mode",
             "The RDMA netns mode in force (1 for it, 0 for the other), with [rdma] netns_mode "
@@ -346,6 +358,7 @@ class _Now:
             self.ready,
             self.guard,
             self.autoprobe,
+            self.eswitch,
             self.netns_mode,
             self.paused,
             self.config_valid,

@@ -37,6 +37,23 @@ class SetNumVfs(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SetEswitch(Action):
+    """A PF's eSwitch (`devlink dev eswitch set`): the options that differ, each as
+    (option, old, new) with option "mode", "inline_mode" or "encap_mode". Planned before
+    the VFs are made; a mode change while VFs exist re-creates their vports, so it is
+    planned only while they are free and re-checked right before it is sent."""
+
+    pci: str = ""
+    changes: tuple[tuple[str, str | None, str], ...] = ()
+    numvfs: int = 0  # the VFs the PF had when this was planned
+    kind: ClassVar[str] = "set-eswitch"
+
+    def describe(self) -> str:
+        said = ", ".join(f"{o} {old or 'unset'} -> {new}" for o, old, new in self.changes)
+        return f"{self.pci}: eswitch {said}"
+
+
+@dataclass(frozen=True, slots=True)
 class SetAutoprobe(Action):
     """sriov_drivers_autoprobe of a PF: whether VFs it creates get a driver on their own.
     Written before the VFs are created; VFs that exist keep the driver they have."""
@@ -283,6 +300,10 @@ class _VfNote(Action):
         return f"{self.label}: {self.reason}"
 
 
+# The ``vf`` of a note about the PF itself (its eSwitch), not one of its VFs.
+PF_ATTR = -1
+
+
 @dataclass(frozen=True, slots=True)
 class Unsupported(_VfNote):
     """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
@@ -307,7 +328,7 @@ def action_touches(action: Action) -> frozenset[str]:
     re-observes before applying it); events about anything else leave it alone.
     """
     names: set[str | None] = set()
-    if isinstance(action, SetNumVfs | SetAutoprobe):
+    if isinstance(action, SetNumVfs | SetAutoprobe | SetEswitch):
         names = {action.pci}
     elif isinstance(action, SetLinkUp):
         names = {action.netdev}

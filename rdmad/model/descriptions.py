@@ -146,6 +146,19 @@ DESCRIPTIONS: dict[str, str] = {
         "vfio-pci first); written before the VFs are created. Unset: left as it is "
         "(the kernel's default, `true`, after a reboot)."
     ),
+    "sriov.eswitch": (
+        "The PF's eSwitch (`devlink dev eswitch set`; ConnectX, BlueField, E810 and the "
+        "like; the driver resets it at every boot and reload): an inline table with "
+        "`mode` and, where the driver has them, `inline_mode` and `encap_mode`. Set "
+        "before the VFs are made; a mode change while VFs exist (it re-creates their "
+        "vports) waits until none is in use. Unset: left as it is."
+    ),
+    "sriov.eswitch.mode": "`legacy` or `switchdev` (VF representors; OVS offload, SR-IOV CNI).",
+    "sriov.eswitch.inline_mode": (
+        "`none`, `link`, `network` or `transport`: the headers the VF's traffic carries "
+        "to the eSwitch inline. Unset: the driver's."
+    ),
+    "sriov.eswitch.encap_mode": "`none` or `basic` (tunnel offload). Unset: the driver's.",
     "sriov.vf.node_guid": (
         "InfiniBand VFs only: the node GUID; set by re-binding the VF, so only while it is free."
     ),

@@ -112,6 +112,15 @@ class VfSpec(_Spec, frozen=True):
             )
 
 
+class EswitchSpec(_Spec, frozen=True):
+    """A PF's eSwitch (`devlink dev eswitch set`), set before its VFs are made. An option
+    left out is left as the driver has it."""
+
+    mode: Literal["legacy", "switchdev"]
+    inline_mode: Literal["none", "link", "network", "transport"] | None = None
+    encap_mode: Literal["none", "basic"] | None = None
+
+
 class SriovSpec(_Spec, frozen=True):
     pf: PfRef
     numvfs: Annotated[int, Meta(ge=0, le=4096)]
@@ -119,6 +128,7 @@ class SriovSpec(_Spec, frozen=True):
     # sriov_drivers_autoprobe: False leaves new VFs unbound until their declared driver
     # is bound; None: left as it is.
     autoprobe: bool | None = None
+    eswitch: EswitchSpec | None = None  # None: not managed
     in_use_drift: InUseDriftPolicy = "report"
     vf: tuple[VfSpec, ...] = ()
 

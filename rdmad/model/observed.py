@@ -79,6 +79,22 @@ class VfObserved:
     settings: VfSettings | None = None  # None: not readable (see PfObserved.settings_note)
     ib: IbVfSettings | None = None  # None: not an InfiniBand PF
     usage: Usage = FREE
+    representor: str | None = None  # the VF's representor netdev (switchdev mode)
+
+
+@dataclass(frozen=True, slots=True)
+class EswitchObserved:
+    """A PF's eSwitch as devlink shows it (``devlink dev eswitch show``).
+
+    ``mode`` is None when the PF has no eSwitch (``absent`` says why: no devlink
+    instance, or its driver has no eSwitch) or when it could not be read (``unread``
+    says why: unknown, so nothing is changed on it)."""
+
+    mode: str | None = None  # "legacy" | "switchdev"
+    inline_mode: str | None = None  # None: the driver does not say
+    encap_mode: str | None = None
+    absent: str | None = None
+    unread: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,8 @@ class PfObserved:
     # The kernel module behind ``driver`` (what `modprobe -r` names); None when the PF is
     # unbound or its driver is built in (nothing can unload it, nothing to guard).
     driver_module: str | None = None
+    # None: devlink was not read (a sysfs tree without netlink).
+    eswitch: EswitchObserved | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:

@@ -144,12 +144,14 @@ class VfStatus:
     usage: str = "free"  # Use.value: free, in-use, unknown
     holders: tuple[str, ...] = ()
     attributes: tuple[AttrStatus, ...] = ()
+    representor: str | None = None  # its representor netdev (the PF in switchdev mode)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "vf": self.vf,
             "pci": self.pci,
             "netdev": self.netdev,
+            "representor": self.representor,
             "driver": self.driver,
             "state": self.state.value,
             "reason": self.reason,

@@ -33,6 +33,7 @@ from rdmad.model import (
     Waiting,
     format_value,
 )
+from rdmad.reconcile.eswitch import plan_eswitch
 
 # PF drivers that create VFs only while the PF netdev is up (FIELD.md: bnxt).
 PF_UP_DRIVERS = frozenset({"bnxt_en"})
@@ -85,7 +86,9 @@ def plan_sriov(
         # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
         # bind event starts the next pass, so waiting costs nothing.
         return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
-    first = _autoprobe(obj, spec, pf)  # before VFs are made: it decides their binding
+    # Before VFs are made: the eSwitch mode decides their vports and representors,
+    # autoprobe their binding.
+    first = plan_eswitch(obj, spec.eswitch, pf, state) + _autoprobe(obj, spec, pf)
     if pf.numvfs != spec.numvfs:
         return first + _plan_numvfs(obj, spec, pf, state)
 

@@ -603,3 +603,32 @@ def test_sriov_autoprobe_gauge_only_where_declared(store: StatusStore) -> None:
         frozenset({("pf", "0000:01:00.0")}): 0,
         frozenset({("pf", "0000:02:00.0")}): 1,
     }
+
+
+def test_sriov_eswitch_mode_gauge_only_where_declared_and_read(store: StatusStore) -> None:
+    m = Metrics(store)
+
+    def pf(name: str, declared: bool, seen: dict[str, str]) -> ObjectReport:
+        detail = ObjectDetail(
+            kind="sriov",
+            desired={
+                "pf": name,
+                "numvfs": 2,
+                "eswitch": {"mode": "switchdev"} if declared else None,
+            },
+            observed={"pci": name, "numvfs": 2, "eswitch": seen},
+        )
+        return ObjectReport(f"sriov pci={name}", C, detail=detail)
+
+    store.publish(
+        snapshot(
+            1,
+            pf("0000:01:00.0", True, {"mode": "switchdev"}),
+            pf("0000:02:00.0", True, {"unknown": "EIO"}),  # not read: no series
+            pf("0000:03:00.0", False, {"mode": "legacy"}),  # not declared: none
+        )
+    )
+    assert series(scrape(m), "rdmad_sriov_eswitch_mode") == {
+        frozenset({("pf", "0000:01:00.0"), ("mode", "switchdev")}): 1,
+        frozenset({("pf", "0000:01:00.0"), ("mode", "legacy")}): 0,
+    }

@@ -270,3 +270,28 @@ def test_news_change_only_the_links_they_name(tmp_path: Path) -> None:
     assert observe_changed(sysfs, full, [], None, gone={pci.ifindex}) is None
     flapped = LinkInfo(pci.name, pci.ifindex, pci.mac, pci.perm_mac, not pci.up, "up", None)
     assert observe_changed(sysfs, full, [flapped], None, gone=()) is None
+
+
+def test_narrow_observation_declines_when_a_representor_comes_or_goes(tmp_path: Path) -> None:
+    """VF representors come and go with the eSwitch mode, and devlink tells nothing of a
+    mode change: a representor seen going, or a new netdev of a device that is no PCI
+    function (netdevsim's representors), makes the next look a full one."""
+    fs = mlx5_node(tmp_path)
+    sysfs = Sysfs(tmp_path)
+    fs.netdev("eni41np1", None, "02:00:00:00:41:01")  # a netdevsim port: device on its bus
+    fs.link("sys/devices/virtual/net/eni41np1/device", "../../../netdevsim/netdevsim41")
+    rep = LinkInfo("eni41np1", 141, "02:00:00:00:41:01", None, True, "up", None)
+    full = observe(sysfs)
+    assert observe_changed(sysfs, full, _links(full, rep), full.rdma_links) is None
+    # Carried as a representor by the last full look (devlink named it): its going counts.
+    mlx5 = next(p for p in full.pfs if p.pci == MLX5_PF)
+    vfs = (replace(mlx5.vfs[0], representor="eni41np1"), *mlx5.vfs[1:])
+    netdev = NetdevObserved("eni41np1", 141, "02:00:00:00:41:01", None, None, True)
+    with_rep = replace(
+        full,
+        pfs=tuple(replace(p, vfs=vfs) if p is mlx5 else p for p in full.pfs),
+        netdevs=(*full.netdevs, netdev),
+    )
+    assert observe_changed(sysfs, with_rep, _links(full), full.rdma_links, gone=[141]) is None
+    # Without it, a plain netdev without a device going is followed narrowly as before.
+    assert observe_changed(sysfs, replace(with_rep, pfs=full.pfs), [], None, gone=[141])

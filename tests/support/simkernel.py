@@ -22,6 +22,7 @@ from rdmad.model import (
     Observed,
     PfObserved,
     RdmaLinkObserved,
+    SetEswitch,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -31,6 +32,13 @@ from rdmad.model import (
 )
 
 ZERO_GUID = "00:00:00:00:00:00:00:00"
+
+
+def _eswitch(pf: PfObserved, action: SetEswitch) -> PfObserved:
+    if pf.eswitch is None or pf.eswitch.mode is None:
+        raise SimError(errno.EOPNOTSUPP, f"{pf.pci} has no eSwitch")
+    now = {option: new for option, _, new in action.changes}
+    return dataclasses.replace(pf, eswitch=dataclasses.replace(pf.eswitch, **now))
 
 
 class SimError(Exception):
@@ -53,6 +61,17 @@ class SimKernel:
         o = self.observed
         if isinstance(action, SetNumVfs):
             self._replace_pf(action.pci, lambda pf: self._numvfs(pf, action))
+        elif isinstance(action, SetEswitch):
+            if any(option == "mode" for option, _, _ in action.changes):
+                # A mode change re-creates every VF's vport under its user.
+                self.hurt.extend(
+                    f"{v.pci} vport re-created while in use"
+                    for pf in o.pfs
+                    if pf.pci == action.pci
+                    for v in pf.vfs
+                    if v.usage.busy
+                )
+            self._replace_pf(action.pci, lambda pf: _eswitch(pf, action))
         elif isinstance(action, SetLinkUp):
             self.observed = dataclasses.replace(
                 o,

@@ -257,6 +257,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "driver_guard": True,
         "in_use_drift": "report",
         "autoprobe": None,
+        "eswitch": None,
     }
     assert sr.observed == {
         "pci": PF,

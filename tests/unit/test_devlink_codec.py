@@ -222,3 +222,18 @@ def test_eswitch_request_reads_back_as_what_was_set(
     """The kernel's GET reply carries the same attributes as the SET request."""
     (msg,) = split_messages(dl.eswitch_set_request(FAMILY_ID, 1, "pci", dev, mode, inline, encap))
     assert dl.parse_eswitch(msg) == dl.Eswitch("pci", dev, mode, inline, encap)
+
+
+def test_device_dump_request_and_reply() -> None:
+    req = decoded(devlinkcmd, dl.device_dump_request(FAMILY_ID, 3))
+    assert req["cmd"] == dl.CMD_GET
+    assert req["header"]["flags"] == NLM_F_REQUEST | NLM_F_DUMP
+    msg = devlinkcmd()
+    msg["header"]["type"] = FAMILY_ID
+    msg["cmd"] = dl.CMD_NEW
+    msg["version"] = 1
+    msg["attrs"] = [
+        ("DEVLINK_ATTR_BUS_NAME", "netdevsim"),
+        ("DEVLINK_ATTR_DEV_NAME", "netdevsim41"),
+    ]
+    assert dl.parse_device(reply(msg)) == ("netdevsim", "netdevsim41")

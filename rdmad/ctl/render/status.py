@@ -184,6 +184,8 @@ def _detail_rows(obj: dict[str, Any], verbose: bool, style: Style) -> list[list[
         where = " ".join(x for x in (vf.get("pci"), vf.get("driver") or "no driver") if x)
         if vf.get("netdev"):
             where += f" {vf['netdev']}"
+        if vf.get("representor"):
+            where += f" (representor {vf['representor']})"
         where += f", {vf.get('usage', 'unknown')}"
         rows.append([f"  VF {vf.get('vf')}", vf.get("state", "?"), where, vf.get("reason") or ""])
         rows += [["    held by", "", holder, ""] for holder in vf.get("holders") or []]
@@ -205,6 +207,9 @@ def _observed_words(obj: dict[str, Any]) -> str:
     o = obj.get("observed") or {}
     if obj.get("kind") == "sriov":
         parts = [o.get("pci"), o.get("driver"), o.get("netdev")]
+        eswitch = o.get("eswitch")
+        if isinstance(eswitch, dict) and eswitch.get("mode"):
+            parts.append(f"eswitch {eswitch['mode']}")
         if o.get("numvfs") is not None:
             parts.append(f"{o['numvfs']} of {o.get('totalvfs', '?')} VFs")
         return ", ".join(str(p) for p in parts if p) or "not present"

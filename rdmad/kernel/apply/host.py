@@ -21,7 +21,12 @@ from pathlib import Path
 
 from rdmad.clock import Clock, sleep_until
 from rdmad.kernel import modules as modules_mod
-from rdmad.kernel.apply.host_observe import LinkSource, ObservingHost, RdmaSource
+from rdmad.kernel.apply.host_observe import (
+    DevlinkSource,
+    LinkSource,
+    ObservingHost,
+    RdmaSource,
+)
 from rdmad.kernel.apply.recheck import StaleAction, recheck
 from rdmad.kernel.apply.results import (
     ApplyResult,
@@ -90,13 +95,14 @@ class KernelHost(ObservingHost):
         *,
         rtnl: LinkSource | None = None,
         rdma: RdmaSource | None = None,
+        devlink: DevlinkSource | None = None,
         numvfs_deadline: float = NUMVFS_DEADLINE,
         modprobe_timeout: float = modules_mod.DEFAULT_TIMEOUT,
         modprobe_program: str = modules_mod.MODPROBE,
         clock: Clock | None = None,
         reflex: RxeReflex | None = None,
     ) -> None:
-        super().__init__(root, rtnl=rtnl, rdma=rdma, clock=clock)
+        super().__init__(root, rtnl=rtnl, rdma=rdma, devlink=devlink, clock=clock)
         self.numvfs_deadline = numvfs_deadline
         self.modprobe_timeout = modprobe_timeout
         self.modprobe_program = modprobe_program
@@ -338,6 +344,11 @@ class KernelHost(ObservingHost):
         elif op is Op.RXE_DEL:
             rdma = self._rdma_or_raise(f"delete RDMA link {w.path}")
             await rdma.delete_link(w.path)
+        elif op is Op.ESWITCH:
+            if self.devlink is None:
+                raise KernelError("set the eSwitch", w.path, None, "no devlink here")
+            options = dict(c.split("=", 1) for c in w.value.split())
+            await self.devlink.set_eswitch(w.path, **options)
         elif op is Op.RDMA_NETNS:
             rdma = self._rdma_or_raise(f"set the RDMA netns mode {w.value}")
             await rdma.set_netns_mode(w.value)

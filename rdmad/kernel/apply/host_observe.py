@@ -14,7 +14,7 @@ the same cached probe, and tests drive both through one host.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +23,7 @@ from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.apply.observe import observe, observe_changed
 from rdmad.kernel.errors import KernelError
+from rdmad.kernel.netlink.devlink import Devlink, PfSeen
 from rdmad.kernel.netlink.rdma import RdmaNetlink
 from rdmad.kernel.netlink.rtnetlink import RtNetlink
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo, parse_link
@@ -75,6 +76,20 @@ class RdmaSource(Protocol):
     def close(self) -> None: ...
 
 
+class DevlinkSource(Protocol):
+    async def read_pfs(self, pfs: Iterable[tuple[str, str | None]]) -> dict[str, PfSeen]: ...
+
+    async def set_eswitch(
+        self,
+        pf: str,
+        mode: str | None = None,
+        inline_mode: str | None = None,
+        encap_mode: str | None = None,
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
 # --- the reading half ------------------------------------------------------------------------
 
 
@@ -91,6 +106,7 @@ class ObservingHost:
         *,
         rtnl: LinkSource | None = None,
         rdma: RdmaSource | None = None,
+        devlink: DevlinkSource | None = None,
         clock: Clock | None = None,
     ) -> None:
         # Deadlines and record times; the waits themselves are asyncio's (real time).
@@ -99,6 +115,9 @@ class ObservingHost:
         live = Path(root) == Path("/")
         self.rtnl: LinkSource | None = rtnl if rtnl is not None else RtNetlink() if live else None
         self.rdma: RdmaSource | None = rdma if rdma is not None else RdmaNetlink() if live else None
+        self.devlink: DevlinkSource | None = (
+            devlink if devlink is not None else Devlink() if live else None
+        )
         self.last: Observed | None = None
         self._rdma_ok: bool | None = None  # cached RDMA netlink probe
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
@@ -106,7 +125,7 @@ class ObservingHost:
         self.module_probe = modules_mod.ModuleProbe()  # and the module tree's (rdma_rxe)
 
     def close(self) -> None:
-        for client in (self.rtnl, self.rdma):
+        for client in (self.rtnl, self.rdma, self.devlink):
             if client is not None:
                 client.close()
 
@@ -231,8 +250,26 @@ class ObservingHost:
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)
+        snapshot = await self._with_devlink(snapshot)
         consistent = links is None or {n.name for n in snapshot.netdevs} <= set(links)
         return snapshot, consistent
+
+    async def _with_devlink(self, snapshot: Observed) -> Observed:
+        """Each SR-IOV PF's eSwitch and its VFs' representors, as devlink shows them
+        (one dump of devlink instances and one request per PF; the ports only in
+        switchdev mode). Without devlink (a sysfs tree) the PFs keep ``eswitch`` None."""
+        if self.devlink is None or not snapshot.pfs:
+            return snapshot
+        seen = await self.devlink.read_pfs((pf.pci, pf.driver) for pf in snapshot.pfs)
+        pfs = []
+        for pf in snapshot.pfs:
+            got = seen.get(pf.pci)
+            if got is None:
+                pfs.append(pf)
+                continue
+            vfs = tuple(replace(v, representor=got.representors.get(v.index)) for v in pf.vfs)
+            pfs.append(replace(pf, eswitch=got.eswitch, vfs=vfs))
+        return replace(snapshot, pfs=tuple(pfs))
 
     async def _rdma_links(
         self, notes: list[str], *, paused: bool = False

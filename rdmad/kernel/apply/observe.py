@@ -26,7 +26,7 @@ from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs import CLASS_NET, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
@@ -168,6 +168,9 @@ def observe_changed(
     since every destructive write re-checks it against a fresh scan (kernel.apply.recheck).
     """
     before = {n.ifindex: n for n in last.netdevs}
+    # VF representors come and go with the eSwitch mode: one that did tells of a mode
+    # change (devlink sends no event for it), which a full observation reads.
+    representors = {v.representor for pf in last.pfs for v in pf.vfs if v.representor}
     after: dict[int, NetdevObserved] = {}
     if gone is not None:  # news: start from what did not change
         after = {i: n for i, n in before.items() if i not in gone}
@@ -181,6 +184,12 @@ def observe_changed(
             pci = None if _virtual(link) else sysfs.netdev_pci(link.name)  # new or renamed
             if pci is not None or (old is not None and old.pci is not None):
                 return None
+            if (
+                old is None
+                and not _virtual(link)
+                and sysfs.exists(f"{CLASS_NET}/{link.name}/device")
+            ):
+                return None  # a new netdev of a device that is no PCI function (a representor)
         after[link.ifindex] = NetdevObserved(
             name=link.name,
             ifindex=link.ifindex,
@@ -189,8 +198,12 @@ def observe_changed(
             pci=pci,
             up=link.up,
         )
-    if any(old.pci is not None for i, old in before.items() if i not in after):
-        return None  # a PCI function's netdev went away
+    if any(
+        old.pci is not None or old.name in representors
+        for i, old in before.items()
+        if i not in after
+    ):
+        return None  # a PCI function's netdev, or a representor, went away
     rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
     pause, pause_record = _pause(sysfs, now)
     return replace(

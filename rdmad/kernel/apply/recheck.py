@@ -47,6 +47,12 @@ def _recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -
             usage = vf_usage_now(sysfs, vf_pci, links)
             if usage.busy:
                 raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+    elif w.op is Op.ESWITCH:
+        pci = w.path
+        for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
+            usage = vf_usage_now(sysfs, vf_pci, links)
+            if usage.busy:
+                raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
     elif w.op is Op.UNBIND:
         pci = w.value
         now_driver = sysfs.link_known(f"{PCI_DEVICES}/{pci}/driver")

@@ -24,6 +24,7 @@ from rdmad.model import (
     DeleteRxe,
     LoadModule,
     SetAutoprobe,
+    SetEswitch,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -49,6 +50,7 @@ class Op(enum.Enum):
     RXE_ADD = "rxe-add"
     RXE_DEL = "rxe-del"
     GUARD_HOOK = "guard-hook"  # write (or remove) the modprobe.d guard file, atomically
+    ESWITCH = "eswitch"  # devlink eswitch set: ``value`` is "option=new" for the PF ``path``
     RDMA_NETNS = "rdma-netns"  # nldev SYS_SET: the RDMA subsystem's netns mode
     IBCORE_OPTIONS = "ib-core-options"  # write (or remove) rdmad's ib_core modprobe.d option
 
@@ -80,6 +82,21 @@ def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
         rel = f"{sysfs.device_dir(action.pci)}/sriov_drivers_autoprobe"
         change = (f"{action.pci} sriov_drivers_autoprobe", int(action.old), int(action.new))
         return [PlannedWrite(Op.SYSFS, (change,), rel, str(int(action.new)))]
+    if isinstance(action, SetEswitch):
+        # One request per option, mode first: a driver that refuses one option (EOPNOTSUPP)
+        # must not hide that the others were set. A mode change re-creates the vports of
+        # the VFs that exist then (some may have been made since the plan): destructive,
+        # re-checked against their use right before.
+        return [
+            PlannedWrite(
+                Op.ESWITCH,
+                ((f"{action.pci} eswitch {option}", old, new),),
+                action.pci,
+                f"{option}={new}",
+                destructive=option == "mode",
+            )
+            for option, old, new in action.changes
+        ]
     if isinstance(action, SetLinkUp):
         return [PlannedWrite(Op.LINK_UP, ((f"{action.netdev} link", "down", "up"),), action.netdev)]
     if isinstance(action, SetVfSettings):

@@ -197,6 +197,20 @@ def parse_family(msg: NlMsg) -> Family:
     return Family(family_id, groups)
 
 
+# --- devices -----------------------------------------------------------------------------
+
+
+def device_dump_request(family_id: int, seq: int) -> bytes:
+    """Every devlink instance (``devlink dev``)."""
+    return genl(family_id, CMD_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, b"")
+
+
+def parse_device(msg: NlMsg) -> tuple[str, str]:
+    """(bus, dev) of a devlink instance: ("pci", "0000:3b:00.0"), ("netdevsim", "netdevsim1")."""
+    fields = dict(_attrs(msg))
+    return cstr(fields.get(ATTR_BUS_NAME, b"")), cstr(fields.get(ATTR_DEV_NAME, b""))
+
+
 # --- eswitch ------------------------------------------------------------------------------
 
 

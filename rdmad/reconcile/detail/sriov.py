@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rdmad.model import (
+    PF_ATTR,
     Action,
     AttrStatus,
     BindVfDriver,
@@ -21,6 +22,7 @@ from rdmad.model import (
     Observed,
     PfObserved,
     SetAutoprobe,
+    SetEswitch,
     SetIbVf,
     SetLinkUp,
     SetNumVfs,
@@ -57,6 +59,7 @@ class _SriovPlan:
     any_waiting: str | None = None
     count_step: str | None = None  # SetNumVfs / SetLinkUp
     autoprobe_step: str | None = None  # SetAutoprobe
+    eswitch_step: str | None = None  # SetEswitch
 
     @classmethod
     def read(cls, actions: Iterable[Action]) -> _SriovPlan:
@@ -92,6 +95,8 @@ class _SriovPlan:
                 p.count_step = p.count_step or a.reason
             elif isinstance(a, SetAutoprobe):
                 p.autoprobe_step = a.reason
+            elif isinstance(a, SetEswitch):
+                p.eswitch_step = a.reason
         return p
 
 
@@ -114,6 +119,7 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "driver_guard": spec.driver_guard,
             "in_use_drift": spec.in_use_drift,
             "autoprobe": spec.autoprobe,
+            "eswitch": None if spec.eswitch is None else _declared_eswitch(spec),
         },
         observed={}
         if pf is None
@@ -126,8 +132,9 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "autoprobe": pf.drivers_autoprobe,
             "up": pf.operstate_up,
             "guard": guard_state(spec, pf, observed),
+            **_seen_eswitch(pf),
         },
-        attributes=(numvfs, *_autoprobe(spec, pf, plan)),
+        attributes=(numvfs, *_eswitch(spec, pf, plan), *_autoprobe(spec, pf, plan)),
         vfs=vfs,
     )
 
@@ -148,20 +155,61 @@ def guard_state(spec: SriovSpec, pf: PfObserved, observed: Observed) -> str:
     return f"not installed yet for {pf.driver_module}"
 
 
+def _declared_eswitch(spec: SriovSpec) -> dict[str, str]:
+    assert spec.eswitch is not None
+    options = ("mode", "inline_mode", "encap_mode")
+    return {o: v for o in options if (v := getattr(spec.eswitch, o)) is not None}
+
+
+def _seen_eswitch(pf: PfObserved) -> dict[str, object]:
+    """The eSwitch as devlink showed it (or why not), and the VFs' representors."""
+    seen = pf.eswitch
+    if seen is None:
+        return {}
+    if seen.mode is None:
+        return {"eswitch": {"unknown": seen.unread} if seen.unread else {"none": seen.absent}}
+    shown = {"mode": seen.mode, "inline_mode": seen.inline_mode, "encap_mode": seen.encap_mode}
+    reps = {str(v.index): v.representor for v in pf.vfs if v.representor is not None}
+    return {
+        "eswitch": {k: v for k, v in shown.items() if v is not None},
+        **({"representors": reps} if reps else {}),
+    }
+
+
+def _eswitch(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list[AttrStatus]:
+    """Each declared eSwitch option against devlink's."""
+    if spec.eswitch is None:
+        return []
+    seen = pf.eswitch if pf is not None else None
+    out = []
+    for option, want in _declared_eswitch(spec).items():
+        now = getattr(seen, option) if seen is not None else None
+        note = plan.notes.get((PF_ATTR, f"eswitch.{option}")) or plan.notes.get(
+            (PF_ATTR, "eswitch")
+        )
+        verdict = note or _pf_verdict(now == want, plan.eswitch_step, plan)
+        out.append(AttrStatus(f"eswitch.{option}", want, now, *verdict))
+    return out
+
+
 def _autoprobe(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> list[AttrStatus]:
     """sriov_drivers_autoprobe, when declared."""
     if spec.autoprobe is None:
         return []
     seen = pf.drivers_autoprobe if pf is not None else None
-    if seen == spec.autoprobe:
-        verdict = CONVERGED
-    elif plan.autoprobe_step is not None:
-        verdict = (ObjectState.PENDING, plan.autoprobe_step)
-    elif plan.blocked is not None:
-        verdict = (ObjectState.BLOCKED, plan.blocked)
-    else:
-        verdict = (ObjectState.PENDING, plan.waiting or DIFFERS)
+    verdict = _pf_verdict(seen == spec.autoprobe, plan.autoprobe_step, plan)
     return [AttrStatus("autoprobe", spec.autoprobe, seen, *verdict)]
+
+
+def _pf_verdict(matches: bool, step: str | None, plan: _SriovPlan) -> Verdict:
+    """A PF attribute set by an action of its own (``step``: its reason, when planned)."""
+    if matches:
+        return CONVERGED
+    if step is not None:
+        return (ObjectState.PENDING, step)
+    if plan.blocked is not None:
+        return (ObjectState.BLOCKED, plan.blocked)
+    return (ObjectState.PENDING, plan.waiting or DIFFERS)
 
 
 def _numvfs(spec: SriovSpec, pf: PfObserved | None, plan: _SriovPlan) -> AttrStatus:
@@ -218,6 +266,7 @@ def _vf(
         usage=vf.usage.state.value if vf is not None else "free",
         holders=vf.usage.holders if vf is not None else (),
         attributes=attrs,
+        representor=vf.representor if vf is not None else None,
     )
 
 
