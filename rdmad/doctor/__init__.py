@@ -1,13 +1,15 @@
 """``rdmad-ctl doctor``: what stands between this node and RDMA / GPUDirect, read-only.
 
 It loads, unloads and writes nothing, needs no daemon, no root and no tool (modprobe,
-modinfo, ip, rdma): it reads /sys, /proc and /lib/modules directly and says what it
-could not read and why. Standard library only (and ``rdmad.peermem``, ``rdmad.modsupport``
-and ``rdmad.text``, which are too), so rdmad-ctl stays fast and the doctor runs where
-rdmad's own dependencies are broken.
+modinfo, ip, rdma, devlink): it reads /sys, /proc and /lib/modules directly, asks devlink
+itself for the eSwitch modes (the one read that needs root) and says what it could not
+read and why. Standard library only (and ``rdmad.peermem``, ``rdmad.modsupport``,
+``rdmad.text`` and the daemon's pure devlink codec, which are too), so rdmad-ctl stays
+fast and the doctor runs where rdmad's own dependencies are broken.
 
 * ``fs``: the read-only root, remembering what it was refused;
-* ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV);
+* ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV),
+  with ``rdmasys`` (the RDMA netns mode) and ``eswitch`` (over ``devlink``) beside it;
 * ``report``: the checks as a table and as JSON, and the exit code.
 """
 

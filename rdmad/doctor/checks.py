@@ -17,7 +17,10 @@ from collections import Counter
 from typing import Any
 
 from rdmad import modsupport
+from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
+from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
+from rdmad.doctor.pfs import label as pf_label
 from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report
 from rdmad.peermem.choice import decide
@@ -32,7 +35,10 @@ TRANSLATED = ("DMA", "DMA-FQ")
 DEFAULT_CONFIG = "/etc/rdmad"
 
 
-def run_checks(fs: Root, config: str | None = DEFAULT_CONFIG) -> Report:
+def run_checks(
+    fs: Root, config: str | None = DEFAULT_CONFIG, devlink: EswitchReader | None = None
+) -> Report:
+    """``devlink`` answers the eSwitch questions: given only when ``fs`` is this host."""
     cfg, cfg_note = read_config(config)
     log = fs.kernel_log()
     notes = []
@@ -52,6 +58,7 @@ def run_checks(fs: Root, config: str | None = DEFAULT_CONFIG) -> Report:
         sriov(fs, cfg, cfg_note),
         rdma_netns(fs, cfg),
     ]
+    checks += [c for c in (eswitch_check(fs, cfg, devlink),) if c is not None]
     if release:
         notes.insert(0, f"kernel {release}")
     unread = tuple(f"{path}: {why}" for path, why in sorted(fs.refused.items()))
@@ -382,14 +389,17 @@ def sriov(fs: Root, cfg: dict[str, Any], note: str | None) -> Check:
     for entry in pfs:
         ref = entry["pf"]
         want = entry.get("numvfs")
-        label = ", ".join(f"{k}={v}" for k, v in ref.items())
+        label = pf_label(ref)
         pci = resolve_pf(fs, ref)
         if pci is None:
             bad.append(label)
             evidence.append(f"pf {label}: not present")
             continue
-        base = f"sys/bus/pci/devices/{pci}"
+        base = device_dir(pci)
         total = fs.read(f"{base}/sriov_totalvfs")
+        if total is None and is_netdevsim(pci) and fs.exists(f"{base}/sriov_numvfs"):
+            evidence.append(f"pf {label} ({pci}): a netdevsim test device")
+            continue
         driver = fs.link_name(f"{base}/driver")
         if total is None:
             bad.append(label)
@@ -423,21 +433,3 @@ def _autoprobe_note(fs: Root, base: str, declared: object) -> str:
     if isinstance(declared, bool) and declared != seen:
         note += f" (declared {int(declared)}: rdmad writes it at its next pass)"
     return note
-
-
-def resolve_pf(fs: Root, ref: dict[str, Any]) -> str | None:
-    if "pci" in ref:
-        pci = str(ref["pci"]).lower()
-        return pci if fs.exists(f"sys/bus/pci/devices/{pci}") else None
-    for name in fs.listdir("sys/class/net"):
-        if "name" in ref and name != ref["name"]:
-            continue
-        if (
-            "mac" in ref
-            and (fs.read(f"sys/class/net/{name}/address") or "").lower() != str(ref["mac"]).lower()
-        ):
-            continue
-        dev = fs.link_name(f"sys/class/net/{name}/device")
-        if dev is not None:
-            return dev
-    return None

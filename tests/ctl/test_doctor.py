@@ -269,3 +269,34 @@ def test_autoprobe_seen_and_declared(tmp_path: Path) -> None:
     )
     fs.write(f"sys/bus/pci/devices/{CX}/sriov_drivers_autoprobe", "0\n")
     assert evidence() == (f"pf pci={CX} ({CX}, mlx5_core): up to 16 VFs, autoprobe 0",)
+
+
+def test_on_this_host_devlink_adds_only_its_pure_codec(tmp_path: Path) -> None:
+    """With --root / the doctor asks devlink (the eSwitch check), through the daemon's
+    pure codec: still nothing from rdmad's dependencies or its kernel layer's sockets."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "rdmad.toml").write_text(
+        '[[sriov]]\npf = { pci = "0000:ff:1f.7" }\nnumvfs = 1\neswitch = { mode = "switchdev" }\n'
+    )
+    script = (
+        "import sys, runpy\n"
+        "sys.argv = ['rdmad-ctl'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('rdmad.ctl', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    sys.stderr.write(' '.join(sorted(m for m in sys.modules if m.startswith('rdmad.'))))\n"
+        "    raise\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "doctor", "--json", "--root", "/", "--config", str(etc)],
+        capture_output=True, text=True, env=ctl_env(), timeout=60, check=False,
+    )  # fmt: skip
+    doc = json.loads(proc.stdout)
+    [eswitch] = [c for c in doc["checks"] if c["check"] == "eswitch"]
+    assert eswitch["status"] == "unknown", eswitch
+    assert eswitch["evidence"] == ["pf pci=0000:ff:1f.7: not present"], eswitch
+    kernel = {m for m in proc.stderr.split() if m.startswith("rdmad.kernel")}
+    assert kernel == {
+        "rdmad.kernel", "rdmad.kernel.netlink", "rdmad.kernel.netlink.devlink_codec",
+        "rdmad.kernel.netlink.nlcodec",
+    }  # fmt: skip

@@ -12,6 +12,7 @@ tests/kernel/test_eswitch_host.py), not here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +102,16 @@ def test_switchdev_before_the_vfs_kept_against_a_hand_change_and_a_recreated_dev
     assert f"(representor {reps['0']})" in table, table
     refused = [h for h in history(g) if "eswitch inline_mode" in str(h.get("what", ""))]
     assert len(refused) == 1, refused  # tried once, then remembered
+    # The doctor reads the eSwitch over devlink itself (no daemon asked): the mode as
+    # declared, the inline mode netdevsim lacks said once.
+    doctor = ctl(g, "doctor", "--json")
+    [check] = [c for c in json.loads(doctor.out)["checks"] if c["check"] == "eswitch"]
+    assert check["status"] == "warn", check
+    assert check["evidence"] == [
+        f"pf name={netdev} (netdevsim{NSIM_ID}): mode switchdev",
+        "  the driver reports no inline-mode: rdmad reports the declared link "
+        "unsupported-by-driver",
+    ], check
 
     # By hand, back to legacy: the representors go, and that event brings rdmad back.
     g.check(f"devlink dev eswitch set {DEV} mode legacy")
@@ -117,3 +128,20 @@ def test_switchdev_before_the_vfs_kept_against_a_hand_change_and_a_recreated_dev
         f"netdevsim{NSIM_ID} eswitch mode: legacy -> switchdev",
         f"netdevsim{NSIM_ID} sriov_numvfs: 0 -> 2",
     ]
+
+    # With rdmad stopped, a hand change to legacy under the two VFs: the doctor says the
+    # mode differs and lists the VFs a mode change would re-create.
+    g.check("systemctl stop rdmad.service")
+    g.check(f"devlink dev eswitch set {DEV} mode legacy")
+    doctor = ctl(g, "doctor", "--json")
+    [check] = [c for c in json.loads(doctor.out)["checks"] if c["check"] == "eswitch"]
+    assert check["status"] == "warn", check
+    assert check["evidence"][0] == (
+        f"pf name={netdev} (netdevsim{NSIM_ID}): mode legacy; declared mode switchdev"
+    ), check
+    assert check["evidence"][2:] == [
+        "  2 VF(s) exist: a mode change re-creates them, so rdmad makes it only while none "
+        "is in use",
+        f"  vf 0 (netdevsim{NSIM_ID} vf 0): no driver",
+        f"  vf 1 (netdevsim{NSIM_ID} vf 1): no driver",
+    ], check
