@@ -307,16 +307,16 @@ def doctor(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     if not os.path.isdir(args.root):
         ctx.warn(f"--root {args.root}: not a directory")
         return exits.USAGE
-    if os.path.realpath(args.root) != "/":
-        report = run_checks(Root(args.root), args.config)
-    else:
+    devlink = None
+    if os.path.realpath(args.root) == "/":
         # devlink (the eSwitch modes) answers about this host only, not about a tree.
         from rdmad.doctor.devlink import HostDevlink
 
         devlink = HostDevlink()
-        try:
-            report = run_checks(Root(args.root), args.config, devlink)
-        finally:
+    try:
+        report = run_checks(Root(args.root), args.config, devlink)
+    finally:
+        if devlink is not None:
             devlink.close()
     if args.json:
         ctx.json(report.to_json())

@@ -58,7 +58,9 @@ def run_checks(
         sriov(fs, cfg, cfg_note),
         rdma_netns(fs, cfg),
     ]
-    checks += [c for c in (eswitch_check(fs, cfg, devlink),) if c is not None]
+    eswitch = eswitch_check(fs, cfg, devlink)
+    if eswitch is not None:
+        checks.append(eswitch)
     if release:
         notes.insert(0, f"kernel {release}")
     unread = tuple(f"{path}: {why}" for path, why in sorted(fs.refused.items()))

@@ -21,8 +21,10 @@ from collections.abc import Callable
 from rdmad.doctor.eswitch import Seen
 from rdmad.kernel.netlink.devlink_codec import (
     NETLINK_GENERIC,
+    NO_ESWITCH,
     eswitch_get_request,
     family_request,
+    handle,
     parse_eswitch,
     parse_family,
 )
@@ -36,7 +38,6 @@ from rdmad.kernel.netlink.nlcodec import (
 )
 
 TIMEOUT = 2.0  # seconds per answer: devlink answers from memory
-NO_ESWITCH = (errno.EOPNOTSUPP, errno.ENOTSUP)
 
 
 class HostDevlink:
@@ -55,7 +56,9 @@ class HostDevlink:
             self._sock.close()
             self._sock = None
 
-    def __call__(self, bus: str, dev: str) -> Seen:
+    def __call__(self, pf: str) -> Seen:
+        """The eSwitch of ``pf`` (a PCI address, or a netdevsim device's name)."""
+        bus, dev = handle(pf)
         if self._no_devlink:
             return Seen(absent=self._no_devlink)
         try:

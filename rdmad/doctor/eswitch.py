@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmad.doctor.fs import Root
-from rdmad.doctor.pfs import is_netdevsim, label, resolve_pf, vfs
+from rdmad.doctor.pfs import label, resolve_pf, vfs
 from rdmad.doctor.report import Check
 
 OPTIONS = ("mode", "inline_mode", "encap_mode")
@@ -35,13 +35,8 @@ class Seen:
     unread: str = ""
 
 
-# (bus, dev) -> what devlink says; tests pass their own.
-EswitchReader = Callable[[str, str], Seen]
-
-
-def handle(dev: str) -> tuple[str, str]:
-    """A PF's devlink handle: pci/BDF, or netdevsim/netdevsimN."""
-    return ("netdevsim", dev) if is_netdevsim(dev) else ("pci", dev)
+# PF (PCI address or netdevsim name) -> what devlink says; tests pass their own.
+EswitchReader = Callable[[str], Seen]
 
 
 def describe(seen: Seen) -> str:
@@ -80,7 +75,7 @@ def eswitch_check(fs: Root, cfg: dict[str, Any], devlink: EswitchReader | None) 
                 unread.append(name)
                 evidence.append(f"pf {name}: not present")
             continue
-        seen = devlink(*handle(dev))
+        seen = devlink(dev)
         line = f"pf {name} ({dev}): {describe(seen)}"
         if seen.mode is None:
             if declared and seen.unread:

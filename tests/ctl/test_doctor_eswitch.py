@@ -43,7 +43,7 @@ def check(tmp_path: Path, toml: str, devlink: object) -> Check | None:
 
 
 def reader(answers: dict[str, Seen]) -> object:
-    return lambda bus, dev: answers[f"{bus}/{dev}"]
+    return lambda pf: answers[pf]
 
 
 SWITCHDEV = f'[[sriov]]\npf = {{ pci = "{CX}" }}\nnumvfs = 2\neswitch = {{ mode = "switchdev" }}\n'
@@ -53,8 +53,8 @@ def test_as_declared_is_ok_and_an_undeclared_pf_is_shown(tmp_path: Path) -> None
     node(tmp_path / "root")
     toml = SWITCHDEV + f'\n[[sriov]]\npf = {{ pci = "{E810}" }}\nnumvfs = 4\n'
     seen = {
-        f"pci/{CX}": Seen("switchdev", "link", "basic"),
-        f"pci/{E810}": Seen("legacy"),
+        CX: Seen("switchdev", "link", "basic"),
+        E810: Seen("legacy"),
     }
     c = check(tmp_path, toml, reader(seen))
     assert c is not None and c.status == "ok", c
@@ -68,7 +68,7 @@ def test_as_declared_is_ok_and_an_undeclared_pf_is_shown(tmp_path: Path) -> None
 def test_differs_under_vfs_lists_them(tmp_path: Path) -> None:
     node(tmp_path / "root", numvfs=2)
     toml = SWITCHDEV.replace('mode = "switchdev"', 'mode = "switchdev", inline_mode = "link"')
-    c = check(tmp_path, toml, reader({f"pci/{CX}": Seen("legacy")}))
+    c = check(tmp_path, toml, reader({CX: Seen("legacy")}))
     assert c is not None and c.status == "warn", c
     assert c.evidence == (
         f"pf pci={CX} ({CX}): mode legacy; declared mode switchdev",
@@ -85,7 +85,7 @@ def test_differs_under_vfs_lists_them(tmp_path: Path) -> None:
 def test_an_option_the_driver_lacks_is_said_once_not_pending(tmp_path: Path) -> None:
     node(tmp_path / "root")
     toml = SWITCHDEV.replace('mode = "switchdev"', 'mode = "switchdev", encap_mode = "basic"')
-    c = check(tmp_path, toml, reader({f"pci/{CX}": Seen("switchdev")}))
+    c = check(tmp_path, toml, reader({CX: Seen("switchdev")}))
     assert c is not None and c.status == "warn", c
     assert c.summary == "1 PF(s) declare eSwitch options their driver does not have"
     assert c.evidence == (
@@ -97,7 +97,7 @@ def test_an_option_the_driver_lacks_is_said_once_not_pending(tmp_path: Path) -> 
 
 def test_declared_on_a_pf_without_an_eswitch_fails(tmp_path: Path) -> None:
     node(tmp_path / "root")
-    c = check(tmp_path, SWITCHDEV, reader({f"pci/{CX}": Seen(absent="its driver has no eSwitch")}))
+    c = check(tmp_path, SWITCHDEV, reader({CX: Seen(absent="its driver has no eSwitch")}))
     assert c is not None and c.status == "fail", c
     assert c.evidence == (
         f"pf pci={CX} ({CX}): no eSwitch (its driver has no eSwitch); declared mode switchdev",
@@ -106,7 +106,7 @@ def test_declared_on_a_pf_without_an_eswitch_fails(tmp_path: Path) -> None:
 
 def test_unread_is_unknown_not_none(tmp_path: Path) -> None:
     node(tmp_path / "root")
-    c = check(tmp_path, SWITCHDEV, reader({f"pci/{CX}": Seen(unread="Operation not permitted")}))
+    c = check(tmp_path, SWITCHDEV, reader({CX: Seen(unread="Operation not permitted")}))
     assert c is not None and c.status == "unknown", c
     assert c.evidence == (
         f"pf pci={CX} ({CX}): not read: Operation not permitted; declared mode switchdev",
@@ -127,7 +127,7 @@ def test_a_netdevsim_pf_by_its_netdev(tmp_path: Path) -> None:
     fs.write("sys/bus/netdevsim/devices/netdevsim41/sriov_numvfs", "2")
     fs.link("sys/class/net/eni41np1/device", "../../../bus/netdevsim/devices/netdevsim41")
     toml = '[[sriov]]\npf = { name = "eni41np1" }\nnumvfs = 2\neswitch = { mode = "switchdev" }\n'
-    c = check(tmp_path, toml, reader({"netdevsim/netdevsim41": Seen("legacy")}))
+    c = check(tmp_path, toml, reader({"netdevsim41": Seen("legacy")}))
     assert c is not None and c.status == "warn"
     assert c.evidence[1:] == (
         "  2 VF(s) exist: a mode change re-creates them, so rdmad makes it only while none "
@@ -195,7 +195,7 @@ class Socket:
 def ask(sock: Socket, times: int = 1) -> list[Seen]:
     devlink = HostDevlink(lambda: sock)  # type: ignore[arg-type,return-value]
     try:
-        return [devlink("pci", CX) for _ in range(times)]
+        return [devlink(CX) for _ in range(times)]
     finally:
         devlink.close()
         assert sock.closed

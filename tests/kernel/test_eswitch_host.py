@@ -13,7 +13,8 @@ from pathlib import Path
 from rdmad.kernel.apply.dryrun import RecordingHost
 from rdmad.kernel.apply.results import Outcome
 from rdmad.kernel.errors import KernelError
-from rdmad.kernel.netlink.devlink import NO_FAMILY, Devlink, NoDevlink, PfSeen, handle
+from rdmad.kernel.netlink.devlink import NO_FAMILY, Devlink, NoDevlink, PfSeen
+from rdmad.kernel.netlink.devlink_codec import handle
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import EswitchObserved, SetEswitch
 from tests.kernel.test_host import make_host, tree  # noqa: F401  (tree: a fixture)

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.devlink_codec import (
     NETLINK_GENERIC,
+    NO_ESWITCH,
     Eswitch,
     Port,
     device_dump_request,
     eswitch_get_request,
     eswitch_set_request,
     family_request,
+    handle,
     parse_device,
     parse_eswitch,
     parse_family,
@@ -31,21 +33,13 @@ from rdmad.kernel.netlink.devlink_codec import (
 )
 from rdmad.kernel.netlink.nlcodec import NLM_F_DUMP, NlMsg, split_messages
 from rdmad.kernel.netlink.nlsock import NetlinkFailure, NetlinkTransport
-from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import EswitchObserved
 
-# The errnos with which a driver says it has no eSwitch (or not this option of it).
-NO_ESWITCH = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP})
 NO_FAMILY = "this kernel has no devlink"
 
 
 class NoDevlink(KernelError):
     """The kernel has no devlink family (built without it): no PF has an eSwitch."""
-
-
-def handle(pf: str) -> tuple[str, str]:
-    """A PF's devlink handle (bus, device), from its PCI address or netdevsim name."""
-    return ("netdevsim", pf) if Sysfs.is_netdevsim(pf) else ("pci", pf)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ representors come and go). Every message carries the 4-byte genlmsghdr (cmd, ver
 
 from __future__ import annotations
 
+import errno
 import struct
 from dataclasses import dataclass
 
@@ -128,6 +129,16 @@ class Port:
     hw_addr: str | None = None  # the port function's hardware address (a VF's MAC)
     fn_state: str | None = None
     fn_opstate: str | None = None
+
+
+# The errnos with which a driver says it has no eSwitch (or not this option of it).
+NO_ESWITCH = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+def handle(pf: str) -> tuple[str, str]:
+    """A PF's devlink handle (bus, device), from its PCI address or netdevsim device name
+    (the lab's netdevsim devices are ``netdevsim/netdevsimN``)."""
+    return ("netdevsim", pf) if pf.startswith("netdevsim") else ("pci", pf)
 
 
 def genl(
