@@ -1,16 +1,22 @@
-"""The lab itself: command execution, rdmad installation, reboot semantics."""
+"""The lab itself: command execution, rdmad installation, reboot semantics, guests
+started from the saved boot."""
 
 from __future__ import annotations
 
+import os
 import re
+import time
+from pathlib import Path
 
 import pytest
 import tomllib
 from harness import (
     PACKAGE_PYTHON,
     REPO_ROOT,
+    SAVED_BOOT_ENV,
     VENV,
     Guest,
+    GuestPool,
     GuestTimeout,
     install_mode,
     rewrite_exec_start,
@@ -119,6 +125,47 @@ def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> 
     assert g.numvfs(pf) == 0
     assert g.vf_bdfs(pf) == []
     assert g.rdma_links() == []
+
+
+def _age_of(g: Guest) -> tuple[float, float]:
+    """(the guest kernel's uptime, its QEMU process's age), in s."""
+    assert g.proc is not None
+    uptime = float(g.read("/proc/uptime").split()[0])
+    stat = Path(f"/proc/{g.proc.pid}/stat").read_text()
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # starttime, in clock ticks after boot
+    host_uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime, host_uptime - ticks / os.sysconf("SC_CLK_TCK")
+
+
+def test_guests_from_the_saved_boot_are_each_their_own_and_on_the_hosts_time(
+    lab_pool: GuestPool,
+) -> None:
+    """Two fresh guests in a row: each started from the pool's saved boot (a kernel that
+    has run longer than its QEMU process), on the host's clock, with a disk and a kernel
+    of its own (the first one's file and VFs are not in the second)."""
+    saved = lab_pool.saved_boot()
+    assert saved is not None, f"no saved boot ({SAVED_BOOT_ENV}=0, or saving failed: see the log)"
+    try:
+        first = lab_pool.fresh()
+        uptime, qemu_age = _age_of(first)
+        assert uptime > qemu_age, (uptime, qemu_age)
+        assert first.boot_info is not None and first.boot_info.boot_id == saved.boot.boot_id
+        assert first.read("/proc/sys/kernel/random/boot_id") == saved.boot.boot_id
+        assert abs(float(first.check("date +%s.%N")) - time.time()) < 30
+        first.check("echo first > /root/only-in-the-first && sync")
+        pf = first.igb_pf()
+        assert first.set_numvfs(pf, 2).ok
+        first.wait_vf_netdevs(pf, 2)
+
+        second = lab_pool.fresh()  # the first one is stopped and its overlay dropped
+        assert not first.alive()
+        uptime, qemu_age = _age_of(second)
+        assert uptime > qemu_age, (uptime, qemu_age)
+        assert not second.exists("/root/only-in-the-first")
+        assert second.numvfs(second.igb_pf()) == 0
+        assert abs(float(second.check("date +%s.%N")) - time.time()) < 30
+    finally:
+        lab_pool.release_fresh()
 
 
 @pytest.mark.parametrize(
