@@ -25,6 +25,9 @@ GZIP_MAGIC = b"\x1f\x8b\x08"
 # The ELF note XEN_ELFNOTE_PHYS32_ENTRY (type 18) of owner "Xen": the PVH entry point.
 # Its header is namesz (4, "Xen\0"), descsz (4 or 8), type; the name follows.
 PVH_NOTES = tuple(struct.pack("<III", 4, size, 18) + b"Xen\x00" for size in (4, 8))
+# Kernels found without a PVH entry in this process: each boot and reboot asks again,
+# and finding "no" means decompressing the whole bzImage (~1.7 s on the host).
+_COMPRESSED_ONLY: set[Path] = set()
 
 
 def pvh_kernel(vmlinuz: Path) -> Path | None:
@@ -33,11 +36,14 @@ def pvh_kernel(vmlinuz: Path) -> Path | None:
     target = vmlinuz.with_name(VMLINUX)
     if target.is_file():
         return target
+    if vmlinuz in _COMPRESSED_ONLY:
+        return None
     try:
         image = unpack(vmlinuz.read_bytes())
     except OSError:
         return None
     if image is None or not has_pvh_entry(image):
+        _COMPRESSED_ONLY.add(vmlinuz)
         return None
     partial = target.with_name(f".{VMLINUX}.{os.getpid()}")
     try:

@@ -39,6 +39,9 @@ def test_a_kernel_without_the_pvh_note_boots_compressed(tmp_path: Path) -> None:
     vmlinuz.write_bytes(SETUP + lzma.compress(no_note, format=lzma.FORMAT_XZ))
     assert pvh_kernel(vmlinuz) is None
     assert not (tmp_path / "vmlinux").exists()
+    # The answer is kept: the next boot does not decompress the kernel again to learn it.
+    vmlinuz.write_bytes(SETUP + lzma.compress(ELF, format=lzma.FORMAT_XZ))
+    assert pvh_kernel(vmlinuz) is None
 
 
 def test_an_unknown_or_broken_payload_gives_none(tmp_path: Path) -> None:
