@@ -32,6 +32,7 @@ from harness import (  # noqa: E402
     log,
     missing_prerequisite,
 )
+from workers import ALONE_MARK, run_directory, turn  # noqa: E402
 
 FRESH_FIXTURE = "fresh_guest"
 LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
@@ -180,6 +181,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             report.sections.append((f"lab journalctl -b ({g.name})", g.journal()))
         except LabError as exc:
             report.sections.append((f"lab journalctl -b ({g.name})", f"unavailable: {exc}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Under pytest-xdist, a lab test (its setup, reruns and teardown included) holds
+    the run's test lock: shared, or alone for a test marked ``lab_alone`` (workers.py).
+    Outside xdist this is a no-op."""
+    if not _in_lab(item):
+        yield
+        return
+    alone = item.get_closest_marker(ALONE_MARK) is not None
+    with turn(run_directory(), alone=alone, what=item.nodeid):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import base64
 import ctypes
+import fcntl
 import json
 import os
 import re
@@ -78,7 +79,9 @@ _LIVE_QEMUS: dict[int, subprocess.Popen[bytes]] = {}
 
 def log(message: str) -> None:
     """Progress on stderr: boots take tens of seconds, so say what is going on."""
-    print(f"[lab {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # several guests at once: whose line
+    who = f"lab {worker}" if worker else "lab"
+    print(f"[{who} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 class LabError(Exception):
@@ -208,14 +211,20 @@ def build_deb(version: str | None = None) -> Path:
     """The .deb of this tree (scripts/build-deb.sh, cached by a hash of its inputs).
 
     Built at most once per version per session; the result lies under dist/, which
-    the guest sees through the 9p share.
+    the guest sees through the 9p share. Lab workers running at once (pytest-xdist)
+    build one at a time (a lock file under dist/): the second finds the first's in the
+    cache.
     """
     key = version or ""
     if key not in _DEBS:
         argv = ["bash", str(BUILD_DEB), "--target", deb_target()]
         argv += ["--version", version] if version else []
         log(f"building the {deb_target()} .deb{f' {version}' if version else ''} (cached)")
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
+        lock = REPO_ROOT / "dist" / ".lab-build.lock"
+        lock.parent.mkdir(exist_ok=True)
+        with open(lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
         if proc.returncode != 0:
             raise LabError(f"scripts/build-deb.sh failed:\n{proc.stderr[-4000:]}")
         deb = Path(proc.stdout.strip().splitlines()[-1])

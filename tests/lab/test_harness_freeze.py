@@ -303,7 +303,12 @@ def run_inner(pytester: pytest.Pytester, case: str) -> tuple[dict[str, int], str
         "[pytest]\nasyncio_default_fixture_loop_scope = function\nmarkers =\n    lab: lab test\n"
     )
     pytester.makepyfile(test_case=INNER_PRELUDE + INNER_CASES[case])
-    result = pytester.runpytest("-p", "no:cacheprovider", "-rR")
+    with pytest.MonkeyPatch.context() as env:
+        # Under xdist the outer test already holds the workers' lock (workers.py): the
+        # inner run is not a worker, and waiting on that lock behind a lab_alone test
+        # that waits for the outer one would never end.
+        env.delenv("PYTEST_XDIST_WORKER", raising=False)
+        result = pytester.runpytest("-p", "no:cacheprovider", "-rR")
     return result.parseoutcomes(), result.stdout.str()
 
 

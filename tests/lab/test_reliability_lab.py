@@ -55,7 +55,8 @@ from daemon_proc import (
 from harness import Guest, log
 from service import STATE, history, serving_veth, start, stop_and_forget, write_config
 
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
+# Alone: the SIGKILL points land inside writes; the storm's pass count follows its pace.
+pytestmark = [pytest.mark.lab, pytest.mark.lab_alone, pytest.mark.timeout(1200)]
 
 NUMVFS = 7
 HELD_VF = 6  # bound to vfio-pci and held open once the VFs exist; its settings never change

@@ -3,7 +3,8 @@
 Standard library only: run as another user (``python3 -I flood_client.py ...``) on the
 test host or in a lab guest. It opens ``-n`` connections and sends nothing on them.
 With ``--hold S`` it keeps trying for S seconds: every ``--every`` seconds the
-connections the server closed (refused at once, or idle too long) are opened again.
+connections the server closed (refused at once, or idle too long) are opened again;
+SIGUSR1 ends the hold early (a test that has measured what it needs says so).
 Without it, it waits for a line on stdin, then reports and waits for stdin to close.
 
 Prints JSON lines: ``{"phase": "opened", ...}`` once the first round is open, and
@@ -20,9 +21,19 @@ import contextlib
 import json
 import resource
 import selectors
+import signal
 import socket
 import sys
 import time
+from types import FrameType
+
+
+class HoldEnded(Exception):
+    """SIGUSR1 arrived: stop reopening, report now."""
+
+
+def _end_hold(signum: int, frame: FrameType | None) -> None:
+    raise HoldEnded
 
 
 class Flood:
@@ -111,12 +122,17 @@ def main() -> int:
     print(json.dumps({"phase": "opened", "connects": flood.connects}), flush=True)
     if args.hold is not None:
         end = time.monotonic() + args.hold
-        while time.monotonic() < end:
-            round_end = min(end, time.monotonic() + args.every)
-            while (left := round_end - time.monotonic()) > 0:
-                flood.reap(left)
-            for _ in range(args.n - len(flood.held)):
-                flood.connect()
+        signal.signal(signal.SIGUSR1, _end_hold)
+        try:
+            while time.monotonic() < end:
+                round_end = min(end, time.monotonic() + args.every)
+                while (left := round_end - time.monotonic()) > 0:
+                    flood.reap(left)
+                for _ in range(args.n - len(flood.held)):
+                    flood.connect()
+        except HoldEnded:
+            pass
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a second one changes nothing
         flood.settle()
         print(json.dumps(flood.report()), flush=True)
         return 0
