@@ -34,7 +34,7 @@ from harness import (  # noqa: E402
 )
 from workers import ALONE_MARK, run_directory, turn  # noqa: E402
 
-FRESH_FIXTURE = "fresh_guest"
+FRESH_FIXTURES = ("fresh_guest", "installed_guest")
 LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
 _POOL_KEY = pytest.StashKey[GuestPool]()
 # The exceptions of this attempt's failed phases, in order (None: a failure without one).
@@ -63,7 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.flaky(reruns=1, condition=rerun_condition(item)))
 
     def needs_fresh(item: pytest.Item) -> bool:
-        return _in_lab(item) and FRESH_FIXTURE in getattr(item, "fixturenames", ())
+        names = getattr(item, "fixturenames", ())
+        return _in_lab(item) and any(f in names for f in FRESH_FIXTURES)
 
     items.sort(key=needs_fresh)  # stable: everything else keeps its order
 
@@ -143,9 +144,21 @@ def lab_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[G
 
 @pytest.fixture
 def fresh_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
-    """A guest of its own, for tests that reboot or break it."""
+    """A guest of its own, for tests that reboot or break it, as booted: nothing has
+    happened in it (rdmad not installed, no module loaded since the boot)."""
     request.node.stash[_POOL_KEY] = lab_pool
     g = lab_pool.fresh()
+    yield g
+    lab_pool.release_fresh()
+
+
+@pytest.fixture
+def installed_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
+    """A guest of its own with rdmad's .deb installed as install_rdmad() leaves it (from
+    the pool's saved installed state: no ~20 s install), for tests that reboot or break
+    a node rdmad is on."""
+    request.node.stash[_POOL_KEY] = lab_pool
+    g = lab_pool.fresh(installed=True)
     yield g
     lab_pool.release_fresh()
 

@@ -727,7 +727,8 @@ class Guest:
             self.workdir,
             iommu=saved.iommu,
             serial_log=self.serial_log,
-            disk=saved.disk,
+            disk=self.keep_disk or saved.disk,
+            keep_writes=self.keep_disk is not None,
             incoming=True,
         )
         log(f"{self.name}: starting QEMU from the saved boot (TCG, iommu={saved.iommu})")
@@ -1300,6 +1301,15 @@ class Guest:
         )
 
 
+def _install_then_unmount(guest: Guest) -> None:
+    """install_rdmad(), failing loudly, then the 9p share unmounted (a guest with a 9p
+    export mounted cannot be saved)."""
+    report = guest.install_rdmad()
+    if not report.compiled:
+        raise LabError(f"installing rdmad failed:\n{report.output[-3000:]}")
+    guest.check(f"! mountpoint -q {SRC_MOUNT} || umount {SRC_MOUNT}; sync", timeout=120)
+
+
 def install_rdmad(guest: Guest) -> str:
     """Function form of Guest.install_rdmad(); returns the python that imports rdmad."""
     guest.install_rdmad()
@@ -1383,13 +1393,15 @@ def pool_or_exit(who: str) -> GuestPool:
 
 class GuestPool:
     """At most one live guest: a shared one (for tests that leave it usable)
-    or a fresh one (for tests that reboot or break it). Two guests on two
-    cores only make both slower.
+    or a fresh one (for tests that reboot or break it). Several guests at once are
+    several pools, one per pytest-xdist worker (workers.py).
 
     With ``saved_boot`` (the tests' pool: unless RDMAD_LAB_SAVED_BOOT=0), the first
     guest asked for is preceded by one boot that is saved (SavedBoot), and every
     guest, shared or fresh, starts from it: a session boots once, not once per fresh
-    guest. If saving fails (logged), every guest boots.
+    guest. If saving fails (logged), every guest boots. A second state, made from
+    the first on first use, has rdmad's .deb installed (installed_boot): the shared
+    guest and ``fresh(installed=True)`` start from that one.
     """
 
     def __init__(
@@ -1405,41 +1417,72 @@ class GuestPool:
             saved_boot = os.environ.get(SAVED_BOOT_ENV, "1") != "0"
         self.use_saved = saved_boot
         self._saved: SavedBoot | None = None
-        self._saved_dir: Path | None = None
+        self._installed: SavedBoot | None = None
+        self._install_saved = saved_boot
+        self._saved_dirs: list[Path] = []
 
     def saved_boot(self) -> SavedBoot | None:
         """The pool's saved boot, made on first use; None when guests boot instead."""
         if self._saved is not None or not self.use_saved:
             return self._saved
-        directory = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}saved-"))
+        self._saved = self._save("saved", self.image.rootfs, None, lambda g: None)
+        if self._saved is None:
+            log("no saved boot: every guest boots instead")
+            self.use_saved = False
+        return self._saved
+
+    def installed_boot(self) -> SavedBoot | None:
+        """The saved boot with rdmad's .deb installed as install_rdmad() leaves it
+        (installed, never run, the service disabled; the 9p share unmounted, which QEMU
+        needs to save), made on first use: a guest started from it skips the ~20 s
+        install. None where guests boot, rdmad is installed from source, or the install
+        failed (each guest then installs itself, and a test sees the failure)."""
+        if self._installed is not None or not self._install_saved:
+            return self._installed
+        base = self.saved_boot()
+        if base is not None and install_mode() == "package":
+            self._installed = self._save("installed", base.disk, base, _install_then_unmount)
+        if self._installed is None:
+            self._install_saved = False
+        return self._installed
+
+    def _save(
+        self,
+        name: str,
+        disk_from: Path,
+        base: SavedBoot | None,
+        prepare: Callable[[Guest], None],
+    ) -> SavedBoot | None:
+        """A guest booted (or started from ``base``) on a copy of ``disk_from`` that
+        keeps its writes, ``prepare``d, then saved; None (logged) if any step failed."""
+        directory = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{name}-"))
         (directory / "owner.pid").write_text(str(os.getpid()))
-        self._saved_dir = directory
+        self._saved_dirs.append(directory)
         disk = directory / "rootfs.img"
-        guest = Guest(self.image, iommu=self.iommu, name="saved", keep_disk=disk)
+        guest = Guest(self.image, iommu=self.iommu, name=name, saved=base, keep_disk=disk)
         try:
             subprocess.run(
-                ["cp", "--sparse=always", str(self.image.rootfs), str(disk)],
+                ["cp", "--sparse=always", str(disk_from), str(disk)],
                 check=True,
                 timeout=600,
                 capture_output=True,
             )
             boot = guest.boot()
+            prepare(guest)
             guest.save(directory / "state")
         except (LabError, OSError, subprocess.SubprocessError) as exc:
-            log(f"no saved boot, every guest boots instead: {exc}")
-            self.use_saved = False
-            self._remove_saved()
+            log(f"saving the {name} guest failed: {exc}")
+            shutil.rmtree(directory, ignore_errors=True)
             return None
         finally:
             guest.close()
-        self._saved = SavedBoot(disk, directory / "state", boot, self.iommu)
-        return self._saved
+        return SavedBoot(disk, directory / "state", boot, self.iommu)
 
     def _remove_saved(self) -> None:
-        if self._saved_dir is not None:
-            shutil.rmtree(self._saved_dir, ignore_errors=True)
-        self._saved_dir = None
-        self._saved = None
+        for directory in self._saved_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._saved_dirs = []
+        self._saved = self._installed = None
 
     def shared(self) -> Guest:
         self.release_fresh()
@@ -1447,13 +1490,13 @@ class GuestPool:
             self._shared.close()
             self._shared = None
         if self._shared is None:
-            self._shared = self._boot("shared")
+            self._shared = self._boot("shared", installed=True)
         return self._shared
 
-    def _boot(self, name: str) -> Guest:
+    def _boot(self, name: str, *, installed: bool) -> Guest:
         if self.last is not None and self.last not in (self._shared, self._fresh):
             self.last.close()  # a failed boot kept only for its report
-        saved = self.saved_boot()
+        saved = (self.installed_boot() if installed else None) or self.saved_boot()
         guest = Guest(self.image, iommu=self.iommu, name=name, saved=saved)
         self.last = guest
         try:
@@ -1468,10 +1511,12 @@ class GuestPool:
             self._shared.close()
             self._shared = None
 
-    def fresh(self) -> Guest:
+    def fresh(self, *, installed: bool = False) -> Guest:
+        """A guest of its own: as booted, or ``installed`` (rdmad's .deb in place, as
+        install_rdmad() leaves it; from the installed_boot() where there is one)."""
         self.discard_shared()
         self.release_fresh()
-        self._fresh = self._boot("fresh")
+        self._fresh = self._boot("fresh", installed=installed)
         return self._fresh
 
     def release_fresh(self) -> None:

@@ -41,9 +41,9 @@ def restored(g: Guest, pf: str, timeout: float) -> None:
 
 
 def test_autoprobe_off_is_written_before_the_vfs_after_a_reboot_and_a_reload(
-    fresh_guest: Guest,
+    installed_guest: Guest,
 ) -> None:
-    g = fresh_guest
+    g = installed_guest
     assert g.install_rdmad().unit_installed
     pf = g.igb_pf()
     autoprobe = f"/sys/bus/pci/devices/{pf}/sriov_drivers_autoprobe"

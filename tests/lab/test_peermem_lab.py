@@ -130,10 +130,10 @@ def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad:
     assert peermem_entries(g, "failed") == []
 
 
-def test_modules_disabled_is_reported_and_not_retried(fresh_guest: Guest) -> None:
+def test_modules_disabled_is_reported_and_not_retried(installed_guest: Guest) -> None:
     """(c) modules_disabled = 1 (until reboot: a guest of its own): the finding is in
     status, and rdmad's next drift passes run no modprobe at all."""
-    g = fresh_guest
+    g = installed_guest
     assert g.install_rdmad().unit_installed
     g.check("modprobe ib_core && modprobe nvidia")
     g.check("echo 1 > /proc/sys/kernel/modules_disabled")

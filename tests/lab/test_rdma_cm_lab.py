@@ -121,9 +121,9 @@ def test_status_says_when_a_restored_link_cannot_serve(rdmad: Guest) -> None:
     g.run("ip link del labcn0")
 
 
-def test_traffic_after_reboot(fresh_guest: Guest) -> None:
+def test_traffic_after_reboot(installed_guest: Guest) -> None:
     """Enabled at install, rdmad re-creates both links at boot and they carry traffic."""
-    g = fresh_guest
+    g = installed_guest
     report = g.install_rdmad()
     assert report.compiled and report.unit_installed, report.output
     install_pair_at_boot(g)

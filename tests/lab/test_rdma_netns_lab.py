@@ -44,9 +44,9 @@ def rdma_object(g: Guest) -> dict[str, object]:
 
 
 def test_netns_mode_set_restored_blocked_and_kept_across_reload_and_reboot(
-    fresh_guest: Guest,
+    installed_guest: Guest,
 ) -> None:
-    g = fresh_guest
+    g = installed_guest
     assert g.install_rdmad().unit_installed
     try:
         g.check("modprobe rdma_rxe", timeout=120)  # ib_core with it, in the default mode

@@ -365,9 +365,9 @@ vlan = 42
     assert_event_driven(wait_added(g, "rxvf", 2, timeout=120))
 
 
-def test_rxe_present_after_guest_reboot(fresh_guest: Guest) -> None:
+def test_rxe_present_after_guest_reboot(installed_guest: Guest) -> None:
     """Enabled at boot, rdmad re-creates the rxe link nothing else persists."""
-    g = fresh_guest
+    g = installed_guest
     g.install_rdmad()
     nic = virtio_netdev(g)
     mac = g.read(f"/sys/class/net/{nic}/address")

@@ -44,9 +44,9 @@ def rxe_links(g: Guest) -> set[tuple[str, str]]:
 
 
 def test_hand_set_node_snapshotted_comes_back_identical_after_reboot(
-    fresh_guest: Guest,
+    installed_guest: Guest,
 ) -> None:
-    g = fresh_guest
+    g = installed_guest
     assert g.install_rdmad().unit_installed
     nic = g.check("ls /sys/bus/virtio/drivers/virtio_net/virtio*/net | head -n1").strip()
     pf = g.igb_pf()

@@ -2,8 +2,8 @@
 
 * igb (real driver, 82576 in QEMU): 4 VFs with mac/vlan/qos/spoofchk/trust converge;
   a hand-set MAC is restored (drift) and logged; a VF on vfio-pci whose group is held
-  open blocks lowering the count and the status names the pid. In a fresh guest
-  (fresh_guest, one boot): the same plus a rate, then a reboot and a
+  open blocks lowering the count and the status names the pid. In a guest of its
+  own (installed_guest): the same plus a rate, then a reboot and a
   `modprobe -r igb && modprobe igb`, converged again each time with the values read
   back from the kernel, and the rate reported as the driver's EINVAL each time.
 * netdevsim: the full attribute set (link_state, vlan_proto 802.1ad, rates, query_rss)
@@ -509,10 +509,10 @@ def test_snapshot_of_hand_set_vfs_round_trips(rdmad_guest: Guest) -> None:
 # --- fresh guest: reboot and PF driver reload ---------------------------------------------------
 
 
-def test_igb_restored_after_reboot_and_driver_reload(fresh_guest: Guest) -> None:
+def test_igb_restored_after_reboot_and_driver_reload(installed_guest: Guest) -> None:
     """VFs, their settings and VF 2's declared driver (vfio-pci) come back after a guest
     reboot and after `modprobe -r igb && modprobe igb`, each time written by rdmad."""
-    g = fresh_guest
+    g = installed_guest
     g.install_rdmad()
     pf = g.igb_pf()
     pf_netdev = g.pci_netdevs(pf)[0]
