@@ -29,12 +29,12 @@ from harness import (  # noqa: E402
     GuestPool,
     LabError,
     find_image,
-    log,
     missing_prerequisite,
 )
 from workers import ALONE_MARK, run_directory, turn  # noqa: E402
 
-FRESH_FIXTURES = ("fresh_guest", "installed_guest")
+# The fixtures of tests that reboot or break their guest: the longest ones.
+LONG_FIXTURES = ("fresh_guest", "installed_guest")
 LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
 _POOL_KEY = pytest.StashKey[GuestPool]()
 # The exceptions of this attempt's failed phases, in order (None: a failure without one).
@@ -46,10 +46,11 @@ def _in_lab(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark lab tests, and run the ones needing a fresh guest last.
+    """Mark lab tests, and run the ones that reboot or break their guest first.
 
-    Only one guest lives at a time, so grouping the shared-guest tests first
-    boots the shared guest once instead of after every fresh-guest test.
+    Every guest test has a guest of its own, so the order changes no outcome; those
+    tests (``fresh_guest``, ``installed_guest``) are the longest, and starting with
+    them lets the xdist workers end together instead of one waiting on a last reboot.
 
     A lab test whose guest froze under the emulator (GuestFrozen: the kernel's RCU
     stall report, then a silent guest agent) runs once more on a fresh guest
@@ -62,11 +63,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.lab)
             item.add_marker(pytest.mark.flaky(reruns=1, condition=rerun_condition(item)))
 
-    def needs_fresh(item: pytest.Item) -> bool:
+    def long_first(item: pytest.Item) -> bool:
         names = getattr(item, "fixturenames", ())
-        return _in_lab(item) and any(f in names for f in FRESH_FIXTURES)
+        return not (_in_lab(item) and any(f in names for f in LONG_FIXTURES))
 
-    items.sort(key=needs_fresh)  # stable: everything else keeps its order
+    items.sort(key=long_first)  # stable: everything else keeps its order
 
 
 def rerun_condition(item: pytest.Item) -> Callable[[BaseException | None], bool]:
@@ -117,50 +118,41 @@ def lab_pool() -> Iterator[GuestPool]:
         pool.close()
 
 
-def _shared_guest(pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
+def _own_guest(
+    pool: GuestPool, request: pytest.FixtureRequest, *, installed: bool
+) -> Iterator[Guest]:
     request.node.stash[_POOL_KEY] = pool
-    g = pool.shared()
+    g = pool.fresh(installed=installed)
     yield g
-    try:
-        if g.alive():
-            g.reset()
-    except LabError as exc:
-        log(f"shared guest unusable after {request.node.name}, discarding it: {exc}")
-        pool.discard_shared()
+    pool.release_fresh()
 
 
 @pytest.fixture
 def guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
-    """The shared guest. Tests must leave it usable; reset() undoes the usual
-    leftovers (VFs, rxe links, netdevsim, vfio bindings, dummy modules)."""
-    yield from _shared_guest(lab_pool, request)
+    """A guest of this test's own with rdmad's .deb installed as install_rdmad() leaves
+    it, started from the pool's saved installed state (a second or two) and stopped
+    after the test: no test sees what an earlier one left, whatever the order."""
+    yield from _own_guest(lab_pool, request, installed=True)
 
 
 @pytest.fixture
 def lab_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
     """Same as `guest`, under the name other lab test modules ask for."""
-    yield from _shared_guest(lab_pool, request)
-
-
-@pytest.fixture
-def fresh_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
-    """A guest of its own, for tests that reboot or break it, as booted: nothing has
-    happened in it (rdmad not installed, no module loaded since the boot)."""
-    request.node.stash[_POOL_KEY] = lab_pool
-    g = lab_pool.fresh()
-    yield g
-    lab_pool.release_fresh()
+    yield from _own_guest(lab_pool, request, installed=True)
 
 
 @pytest.fixture
 def installed_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
-    """A guest of its own with rdmad's .deb installed as install_rdmad() leaves it (from
-    the pool's saved installed state: no ~20 s install), for tests that reboot or break
-    a node rdmad is on."""
-    request.node.stash[_POOL_KEY] = lab_pool
-    g = lab_pool.fresh(installed=True)
-    yield g
-    lab_pool.release_fresh()
+    """The same guest as `guest`, named for a test that reboots or breaks it: such tests
+    are the longest and run first (see pytest_collection_modifyitems)."""
+    yield from _own_guest(lab_pool, request, installed=True)
+
+
+@pytest.fixture
+def fresh_guest(lab_pool: GuestPool, request: pytest.FixtureRequest) -> Iterator[Guest]:
+    """A guest of its own as booted: nothing has happened in it (rdmad not installed,
+    no module loaded since the boot)."""
+    yield from _own_guest(lab_pool, request, installed=False)
 
 
 # trylast: an inner wrapper, so a skip made a failure here is a failure, and the first

@@ -1276,30 +1276,6 @@ class Guest:
             compiled.ok, compiled.out + compiled.err, unit.is_file(), time.monotonic() - started
         )
 
-    # ---- cleanup for the shared guest ---------------------------------------
-
-    def reset(self) -> None:
-        """Undo what scenario tests commonly leave behind (best effort)."""
-        self.run(
-            "systemctl stop 'lab-*.service' 2>/dev/null; "
-            # A test's rdmad would fight the next test's setup: stop it and forget it.
-            "systemctl disable --now rdmad.service 2>/dev/null; "
-            # and its driver guard hook: the next test's `modprobe -r` is its own business
-            "rm -rf /etc/rdmad /var/lib/rdmad /run/rdmad /etc/modprobe.d/rdmad-guard.conf; "
-            "for l in $(rdma -j link show 2>/dev/null | python3 -c 'import json,sys;"
-            '[print(x["ifname"]) for x in json.load(sys.stdin)]\' 2>/dev/null); do '
-            "rdma link delete $l; done; "
-            "for d in /sys/bus/pci/devices/*/driver_override; do "
-            '[ "$(cat $d)" = vfio-pci ] && { b=${d%/driver_override}; '
-            "[ -e $b/driver ] && echo ${b##*/} > $b/driver/unbind; echo > $d; }; done; "
-            "modprobe igb; udevadm settle --timeout=30; "
-            "for f in /sys/bus/pci/drivers/igb/0000:*/sriov_numvfs; do echo 0 > $f; done; "
-            "for d in /sys/bus/netdevsim/devices/netdevsim*; do "
-            '[ -e "$d" ] && echo ${d##*netdevsim} > /sys/bus/netdevsim/del_device; done; '
-            "modprobe -r nvidia_peermem nvidia 2>/dev/null; true",
-            timeout=180,
-        )
-
 
 def _install_then_unmount(guest: Guest) -> None:
     """install_rdmad(), failing loudly, then the 9p share unmounted (a guest with a 9p
