@@ -324,7 +324,11 @@ class GuestAgent:
 
     def _send(self, message: dict[str, Any], deadline: float) -> None:
         sock = self._connect(deadline)
-        sock.sendall(json.dumps(message).encode() + b"\n")
+        try:
+            sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError as exc:  # EPIPE: the other end closed it, as an empty read says
+            self.close()
+            raise LabError(f"{self.what}'s socket closed (QEMU gone?): {exc}") from exc
 
     def _read_line(self, deadline: float) -> bytes:
         sock = self._connect(deadline)
@@ -940,6 +944,9 @@ class Guest:
                 f"a stall ({stall!r}): its vCPUs were starved",
                 met=met,
             ) from exc
+        except LabError:
+            self._check_running()  # QEMU exited: that is the error, with its stderr
+            raise
 
     def kernel_stall(self) -> str | None:
         """The guest kernel's first RCU stall report since its last boot, if any."""
