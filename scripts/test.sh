@@ -69,7 +69,7 @@ else
     workers=${RDMAD_LAB_WORKERS:-2}
     echo "== pytest: the lab, $workers guests at once"
     phase "pytest: the lab ($workers workers)" \
-        $py/python -m pytest --durations=25 -m lab -n "$workers" tests/lab
+        $py/python -m pytest --durations=25 -m lab -n "$workers" --maxschedchunk=1 tests/lab
 fi
 
 # Every benchmark once at its smallest size: errors fail the run, numbers never do.

@@ -46,11 +46,14 @@ def _in_lab(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark lab tests, and run the ones that reboot or break their guest first.
+    """Mark lab tests; run the ones that reboot or break their guest first and the
+    ``lab_alone`` ones last.
 
-    Every guest test has a guest of its own, so the order changes no outcome; those
-    tests (``fresh_guest``, ``installed_guest``) are the longest, and starting with
-    them lets the xdist workers end together instead of one waiting on a last reboot.
+    Every guest test has a guest of its own, so the order changes no outcome. Tests of
+    ``fresh_guest`` and ``installed_guest`` are the longest: started first, the xdist
+    workers (``--maxschedchunk=1``: each takes the next test when it is free) end
+    together instead of one waiting on a last reboot. A ``lab_alone`` test waits for
+    the other workers' current tests to end: at the end of the run those are short.
 
     A lab test whose guest froze under the emulator (GuestFrozen: the kernel's RCU
     stall report, then a silent guest agent) runs once more on a fresh guest
@@ -63,11 +66,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.lab)
             item.add_marker(pytest.mark.flaky(reruns=1, condition=rerun_condition(item)))
 
-    def long_first(item: pytest.Item) -> bool:
+    def rank(item: pytest.Item) -> int:
+        if not _in_lab(item):
+            return 1
+        if item.get_closest_marker(ALONE_MARK) is not None:
+            return 2
         names = getattr(item, "fixturenames", ())
-        return not (_in_lab(item) and any(f in names for f in LONG_FIXTURES))
+        return 0 if any(f in names for f in LONG_FIXTURES) else 1
 
-    items.sort(key=long_first)  # stable: everything else keeps its order
+    items.sort(key=rank)  # stable: everything else keeps its order
 
 
 def rerun_condition(item: pytest.Item) -> Callable[[BaseException | None], bool]:

@@ -7,7 +7,8 @@ connections the server closed (refused at once, or idle too long) are opened aga
 SIGUSR1 ends the hold early (a test that has measured what it needs says so).
 Without it, it waits for a line on stdin, then reports and waits for stdin to close.
 
-Prints JSON lines: ``{"phase": "opened", ...}`` once the first round is open, and
+Prints JSON lines: ``{"phase": "opened", ...}`` once the first round is open, with
+``--hold`` the counts so far after each round (``{"phase": "round", ...}``), and
 ``{"phase": "report", "held": H, "closed_by_server": C, "refused": R, "connects": N,
 "connect_failed": F, "max_held": M}`` at the end (H: still open now; C: closed by
 the server over the whole run, R of them refused with a 503; N: successful connects;
@@ -29,11 +30,7 @@ from types import FrameType
 
 
 class HoldEnded(Exception):
-    """SIGUSR1 arrived: stop reopening, report now."""
-
-
-def _end_hold(signum: int, frame: FrameType | None) -> None:
-    raise HoldEnded
+    """SIGUSR1 arrived while holding: stop reopening, report now."""
 
 
 class Flood:
@@ -93,9 +90,9 @@ class Flood:
         while self.sel.get_map() and self.sel.select(quiet):
             self.reap(0)
 
-    def report(self) -> dict[str, object]:
+    def report(self, phase: str = "report") -> dict[str, object]:
         return {
-            "phase": "report",
+            "phase": phase,
             "held": len(self.held),
             "closed_by_server": self.closed_by_server,
             "refused": self.refused,
@@ -103,6 +100,32 @@ class Flood:
             "connect_failed": self.connect_failed,
             "max_held": self.max_held,
         }
+
+
+def hold(flood: Flood, n: int, seconds: float, every: float) -> None:
+    """Reopen what the server closed every ``every`` s for ``seconds``, or until SIGUSR1
+    (which, once the hold is over, changes nothing)."""
+    holding = True
+
+    def end_hold(signum: int, frame: FrameType | None) -> None:
+        if holding:
+            raise HoldEnded
+
+    end = time.monotonic() + seconds
+    signal.signal(signal.SIGUSR1, end_hold)
+    try:
+        try:
+            while time.monotonic() < end:
+                round_end = min(end, time.monotonic() + every)
+                while (left := round_end - time.monotonic()) > 0:
+                    flood.reap(left)
+                for _ in range(n - len(flood.held)):
+                    flood.connect()
+                print(json.dumps(flood.report("round")), flush=True)
+        finally:
+            holding = False  # a signal before this line still lands in the except below
+    except HoldEnded:
+        pass
 
 
 def main() -> int:
@@ -121,18 +144,7 @@ def main() -> int:
         flood.connect()
     print(json.dumps({"phase": "opened", "connects": flood.connects}), flush=True)
     if args.hold is not None:
-        end = time.monotonic() + args.hold
-        signal.signal(signal.SIGUSR1, _end_hold)
-        try:
-            while time.monotonic() < end:
-                round_end = min(end, time.monotonic() + args.every)
-                while (left := round_end - time.monotonic()) > 0:
-                    flood.reap(left)
-                for _ in range(args.n - len(flood.held)):
-                    flood.connect()
-        except HoldEnded:
-            pass
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a second one changes nothing
+        hold(flood, args.n, args.hold, args.every)
         flood.settle()
         print(json.dumps(flood.report()), flush=True)
         return 0
