@@ -1375,16 +1375,16 @@ def pool_or_exit(who: str) -> GuestPool:
 
 
 class GuestPool:
-    """At most one live guest: a shared one (for tests that leave it usable)
-    or a fresh one (for tests that reboot or break it). Several guests at once are
-    several pools, one per pytest-xdist worker (workers.py).
+    """At most one live guest: a test's own (``fresh()``: the tests' fixtures give every
+    guest test one) or a shared one (``shared()``: the scripts' one guest, demo, soak and
+    benchmarks). Several guests at once are several pools, one per pytest-xdist worker
+    (workers.py).
 
     With ``saved_boot`` (the tests' pool: unless RDMAD_LAB_SAVED_BOOT=0), the first
-    guest asked for is preceded by one boot that is saved (SavedBoot), and every
-    guest, shared or fresh, starts from it: a session boots once, not once per fresh
-    guest. If saving fails (logged), every guest boots. A second state, made from
-    the first on first use, has rdmad's .deb installed (installed_boot): the shared
-    guest and ``fresh(installed=True)`` start from that one.
+    guest asked for is preceded by one boot that is saved (SavedBoot), and every guest
+    starts from it: a session boots once per pool. If saving fails (logged), every
+    guest boots. A second state, made from the first on first use, has rdmad's .deb
+    installed (installed_boot): ``fresh(installed=True)`` starts from that one.
     """
 
     def __init__(
