@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build one rdmad .deb from a copy of the tree, into dist/ (git-ignored).
 #
-#   bash scripts/build-deb.sh [--target RELEASE] [--arch amd64|arm64] [--version VERSION] [--out DIR]
+#   bash scripts/build-deb.sh [--target RELEASE] [--arch amd64|arm64] [--version VERSION | --version-suffix SUFFIX] [--out DIR]
 #
 # RELEASE names a deb target of packaging/targets.toml (default debian12), --arch the
 # architecture (default this machine's; arm64 builds anywhere: nothing is compiled).
@@ -10,7 +10,8 @@
 # architecture and the version: the same inputs give the same .deb without
 # rebuilding. The version is the newest entry of packaging/deb/debian/changelog (its
 # upstream part must match [project].version) with the target's suffix, 0.1.0-1~deb12;
-# --version builds another (the lab's upgrade test). Needs dpkg-dev, debhelper,
+# --version builds another; --version-suffix appends to that one (the lab's upgrade
+# test: +lab1). Needs dpkg-dev, debhelper,
 # python3-venv (run scripts/pkg-deps.sh as root) and PyPI access (the lock files are
 # hash-checked).
 set -euo pipefail
@@ -18,16 +19,18 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 version=""
+suffix=""
 target=debian12
 arch=$(dpkg --print-architecture)
 out=$repo/dist
 while [[ $# -gt 0 ]]; do
     case $1 in
         --version) version=$2; shift 2 ;;
+        --version-suffix) suffix=$2; shift 2 ;;
         --target) target=$2; shift 2 ;;
         --arch) arch=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "usage: build-deb.sh [--target RELEASE] [--arch ARCH] [--version VERSION] [--out DIR]" >&2; exit 2 ;;
+        *) echo "usage: build-deb.sh [--target RELEASE] [--arch ARCH] [--version VERSION | --version-suffix SUFFIX] [--out DIR]" >&2; exit 2 ;;
     esac
 done
 log() { echo "build-deb: $*" >&2; }
@@ -40,7 +43,7 @@ project_version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject
 }
 eval "$(python3 packaging/targets.py show "$target" "$arch")"
 [[ $t_format == deb ]] || { log "$target is not a deb target (packaging/targets.toml)"; exit 2; }
-version=${version:-$changelog_version$t_release}
+version=${version:-$changelog_version$t_release$suffix}
 
 # The inputs: what git would commit (so a dirty tree builds what it shows).
 mapfile -d '' existing < <(bash scripts/tree-files.sh)

@@ -56,6 +56,8 @@ if command -v dpkg-buildpackage >/dev/null && command -v rpmbuild >/dev/null; th
     # them from dist/cache/ (keyed by a hash of the inputs).
     echo "== packages: .deb and .rpm"
     phase "packages: .deb" bash scripts/build-deb.sh
+    # The lab's package test upgrades to a second version: built here, not in the test.
+    phase "packages: upgrade .deb" bash scripts/build-deb.sh --version-suffix +lab1
     phase "packages: .rpm" bash scripts/build-rpm.sh
 fi
 

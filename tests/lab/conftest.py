@@ -35,6 +35,11 @@ from workers import ALONE_MARK, run_directory, turn  # noqa: E402
 
 # The fixtures of tests that reboot or break their guest: the longest ones.
 LONG_FIXTURES = ("fresh_guest", "installed_guest")
+# What a guest test says it needs (pytest.mark.lab_needs(...)); unmarked: "state".
+# "state": its guest may start from a saved state; "boot": it must really boot (never
+# a state); "reboot": the test reboots it. Checked after the test (_check_declared).
+NEEDS_MARK = "lab_needs"
+NEEDS = frozenset({"state", "boot", "reboot"})
 LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
 _POOL_KEY = pytest.StashKey[GuestPool]()
 # The exceptions of this attempt's failed phases, in order (None: a failure without one).
@@ -43,6 +48,11 @@ _FAILURES = pytest.StashKey[list[BaseException | None]]()
 
 def _in_lab(item: pytest.Item) -> bool:
     return LAB_DIR in Path(str(item.path)).resolve().parents
+
+
+def _has_guest(item: pytest.Item) -> bool:
+    """Whether the test's fixtures (all of them, through their own) start lab guests."""
+    return "lab_pool" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -72,7 +82,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker(ALONE_MARK) is not None:
             return 2
         names = getattr(item, "fixturenames", ())
-        return 0 if any(f in names for f in LONG_FIXTURES) else 1
+        boots = needs(item) & {"boot", "reboot"}
+        return 0 if boots or any(f in names for f in LONG_FIXTURES) else 1
 
     items.sort(key=rank)  # stable: everything else keeps its order
 
@@ -125,13 +136,52 @@ def lab_pool() -> Iterator[GuestPool]:
         pool.close()
 
 
+def needs(item: pytest.Item) -> frozenset[str]:
+    """What the test says its guest needs (``lab_needs``): "state" unless marked."""
+    marker = item.get_closest_marker(NEEDS_MARK)
+    kinds = frozenset(marker.args) if marker is not None else frozenset({"state"})
+    unknown = kinds - NEEDS
+    if unknown or not kinds:
+        raise pytest.UsageError(
+            f"{item.nodeid}: lab_needs({', '.join(map(repr, sorted(kinds)))}): "
+            f"each must be one of {', '.join(sorted(NEEDS))}"
+        )
+    return kinds
+
+
 def _own_guest(
     pool: GuestPool, request: pytest.FixtureRequest, *, installed: bool
 ) -> Iterator[Guest]:
     request.node.stash[_POOL_KEY] = pool
-    g = pool.fresh(installed=installed)
+    declared = needs(request.node)
+    g = pool.fresh(installed=installed, cold="boot" in declared)
+    if "boot" in declared and installed:
+        report = g.install_rdmad()
+        if not report.compiled:
+            raise LabError(f"installing rdmad failed:\n{report.output[-3000:]}")
     yield g
-    pool.release_fresh()
+    try:
+        if not request.node.stash.get(_FAILURES, []):  # a failed test may not have got there
+            _check_declared(request.node.nodeid, declared, g)
+    finally:
+        pool.release_fresh()
+
+
+def _check_declared(nodeid: str, declared: frozenset[str], g: Guest) -> None:
+    """A test's lab_needs is what its guest went through: a declared boot was one (not a
+    saved state), a declared reboot happened, and no reboot went undeclared."""
+    if "boot" in declared and g.saved is not None:
+        raise LabError(f"{nodeid} declares a boot but its guest started from a saved state")
+    if "reboot" in declared and g.reboots == 0:
+        raise LabError(
+            f"{nodeid} declares lab_needs('reboot') but its guest never rebooted: "
+            "a state does (drop the mark), or the test lost its reboot"
+        )
+    if "reboot" not in declared and g.reboots > 0:
+        raise LabError(
+            f"{nodeid} rebooted its guest {g.reboots} time(s) without declaring it: "
+            "mark it lab_needs('reboot') (it then runs among the first)"
+        )
 
 
 @pytest.fixture
@@ -197,10 +247,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
-    """Under pytest-xdist, a lab test (its setup, reruns and teardown included) holds
-    the run's test lock: shared, or alone for a test marked ``lab_alone`` (workers.py).
-    Outside xdist this is a no-op."""
-    if not _in_lab(item):
+    """Under pytest-xdist, a lab test with a guest (its setup, reruns and teardown
+    included) holds the run's test lock: shared, or alone for a test marked
+    ``lab_alone`` (workers.py). Host-side tests of the harness hold nothing: they start
+    no guest and time nothing. Outside xdist this is a no-op."""
+    if not _in_lab(item) or not _has_guest(item):
         yield
         return
     alone = item.get_closest_marker(ALONE_MARK) is not None

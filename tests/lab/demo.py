@@ -133,7 +133,7 @@ def main() -> int:
     result: dict[str, Any] = {}
     g: Guest | None = None
     try:
-        g = pool.shared()
+        g = pool.shared(installed=False)  # installed below, as a user does
         install(g)
         igb_pci = g.igb_pf()
         pf_netdev = g.pci_netdevs(igb_pci)[0]

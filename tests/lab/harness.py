@@ -12,6 +12,7 @@ import atexit
 import base64
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pvh import pvh_kernel
+from states import StateCache, file_digest, state_key
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tests" / "lab" / "image" / "build.sh"
@@ -177,6 +179,15 @@ def find_image() -> LabImage | None:
     image = LabImage(Path(proc.stdout.strip().splitlines()[-1]))
     ok = all(p.is_file() for p in (image.kernel, image.initrd, image.rootfs))
     return image if ok else None
+
+
+@functools.cache
+def qemu_version() -> str:
+    """QEMU's version line (a saved state is QEMU's own format: keyed by it)."""
+    proc = subprocess.run(
+        [QEMU, "--version"], capture_output=True, text=True, timeout=30, check=True
+    )
+    return proc.stdout.splitlines()[0].strip()
 
 
 def qemu_has_igb() -> bool:
@@ -703,6 +714,7 @@ class Guest:
         self.agent = GuestAgent(self.workdir / "qga.sock")
         self.proc: subprocess.Popen[bytes] | None = None
         self.boot_info: BootInfo | None = None
+        self.reboots = 0  # real reboots since it started (a test's lab_needs("reboot"))
         self._holders = 0
 
     # ---- lifecycle -------------------------------------------------------
@@ -851,7 +863,9 @@ class Guest:
         self.agent.call(
             "guest-exec", {"path": "/bin/systemctl", "arg": ["reboot"], "env": GUEST_ENV}
         )
-        return self.wait_boot(timeout, started=started, previous_boot_id=previous)
+        info = self.wait_boot(timeout, started=started, previous_boot_id=previous)
+        self.reboots += 1
+        return info
 
     def poweroff(self, timeout: float = 60.0) -> float:
         """systemctl poweroff (QMP system_powerdown does nothing in minbase)."""
@@ -1363,15 +1377,15 @@ def lab_script_exit(main: Callable[[], int]) -> int:
 
 
 def pool_or_exit(who: str) -> GuestPool:
-    """A GuestPool for a script (demo, benchmarks); if the lab can't run, prints the reason
-    and exits 2 (bench/run.py tells that apart from an error). Its guest boots: a script
-    uses one guest, and a saved boot would only add the save to that boot."""
+    """A GuestPool for a script (demo, benchmarks, soak); if the lab can't run, prints
+    the reason and exits 2 (bench/run.py tells that apart from an error). Its guests
+    start from the saved states the tests keep (made here where there are none)."""
     missing = missing_prerequisite()
     image = find_image() if missing is None else None
     if image is None:
         print(f"{who}: the lab cannot run: {missing or 'no guest image'}", file=sys.stderr)
         raise SystemExit(2)
-    return GuestPool(image, saved_boot=False)
+    return GuestPool(image)
 
 
 class GuestPool:
@@ -1380,11 +1394,13 @@ class GuestPool:
     benchmarks). Several guests at once are several pools, one per pytest-xdist worker
     (workers.py).
 
-    With ``saved_boot`` (the tests' pool: unless RDMAD_LAB_SAVED_BOOT=0), the first
-    guest asked for is preceded by one boot that is saved (SavedBoot), and every guest
-    starts from it: a session boots once per pool. If saving fails (logged), every
-    guest boots. A second state, made from the first on first use, has rdmad's .deb
-    installed (installed_boot): ``fresh(installed=True)`` starts from that one.
+    Unless ``saved_boot`` is False (or RDMAD_LAB_SAVED_BOOT=0), guests start from saved
+    states (SavedBoot) instead of booting: the clean state (a boot, saved) and the
+    installed state (made from the clean one: rdmad's .deb installed). Both are kept
+    between runs and shared by every pool, keyed by what makes them (states.py): a run
+    whose inputs did not change boots nothing until a test reboots, and one that
+    changed the .deb makes only the installed state again. If making one fails
+    (logged), guests boot (or install) instead.
     """
 
     def __init__(
@@ -1396,90 +1412,122 @@ class GuestPool:
         self._shared: Guest | None = None
         self._fresh: Guest | None = None
         self.last: Guest | None = None  # for failure reports, even of a failed boot
-        if saved_boot is None:  # the tests' pool: as the environment says
+        if saved_boot is None:
             saved_boot = os.environ.get(SAVED_BOOT_ENV, "1") != "0"
         self.use_saved = saved_boot
         self._saved: SavedBoot | None = None
         self._installed: SavedBoot | None = None
         self._install_saved = saved_boot
-        self._saved_dirs: list[Path] = []
+        self._states = StateCache(image.directory.parent / "states", log)
 
     def saved_boot(self) -> SavedBoot | None:
-        """The pool's saved boot, made on first use; None when guests boot instead."""
+        """The clean state (as booted), made on first use where no earlier run left it;
+        None when guests boot instead."""
         if self._saved is not None or not self.use_saved:
             return self._saved
-        self._saved = self._save("saved", self.image.rootfs, None, lambda g: None)
+        self._saved = self._save("clean", self._clean_inputs(), None, lambda g: None)
         if self._saved is None:
             log("no saved boot: every guest boots instead")
             self.use_saved = False
         return self._saved
 
     def installed_boot(self) -> SavedBoot | None:
-        """The saved boot with rdmad's .deb installed as install_rdmad() leaves it
+        """The clean state with rdmad's .deb installed as install_rdmad() leaves it
         (installed, never run, the service disabled; the 9p share unmounted, which QEMU
-        needs to save), made on first use: a guest started from it skips the ~20 s
-        install. None where guests boot, rdmad is installed from source, or the install
-        failed (each guest then installs itself, and a test sees the failure)."""
+        needs to save), made on first use for this .deb: a guest started from it skips
+        the ~20 s install. None where guests boot, rdmad is installed from source, or
+        the install failed (each guest then installs itself, and a test sees the
+        failure)."""
         if self._installed is not None or not self._install_saved:
             return self._installed
         base = self.saved_boot()
         if base is not None and install_mode() == "package":
-            self._installed = self._save("installed", base.disk, base, _install_then_unmount)
+            inputs = {
+                "base": state_key(self._clean_inputs()),
+                "deb": file_digest(build_deb()),
+            }
+            self._installed = self._save("installed", inputs, base, _install_then_unmount)
         if self._installed is None:
             self._install_saved = False
         return self._installed
 
+    def _clean_inputs(self) -> dict[str, str]:
+        """What makes the clean state: the image, QEMU, its command line (this
+        checkout's path left out: the share is never mounted in a saved state) and
+        this harness, which boots and saves it."""
+        work = Path("/WORK")
+        cmd = qemu_command(
+            self.image, work, iommu=self.iommu, serial_log=work / "serial.log",
+            disk=Path("/DISK"), keep_writes=True,
+        )  # fmt: skip
+        rootfs = self.image.rootfs.stat()
+        return {
+            "image": f"{self.image.directory} {rootfs.st_size} {rootfs.st_mtime_ns}",
+            "qemu": qemu_version(),
+            "command": shlex.join(cmd).replace(str(REPO_ROOT), "/SRC"),
+            "harness": file_digest(Path(__file__)),
+            "iommu": str(self.iommu),
+        }
+
     def _save(
         self,
         name: str,
-        disk_from: Path,
+        inputs: dict[str, str],
         base: SavedBoot | None,
         prepare: Callable[[Guest], None],
     ) -> SavedBoot | None:
-        """A guest booted (or started from ``base``) on a copy of ``disk_from`` that
-        keeps its writes, ``prepare``d, then saved; None (logged) if any step failed."""
-        directory = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{name}-"))
-        (directory / "owner.pid").write_text(str(os.getpid()))
-        self._saved_dirs.append(directory)
-        disk = directory / "rootfs.img"
-        guest = Guest(self.image, iommu=self.iommu, name=name, saved=base, keep_disk=disk)
+        """The state ``name`` for ``inputs``: kept from an earlier run, or made now by
+        a guest booted (or started from ``base``) on a copy of the clean disk that keeps
+        its writes, ``prepare``d, then saved. None (logged) if making it failed."""
+
+        def make(directory: Path) -> dict[str, Any]:
+            disk = directory / "rootfs.img"
+            guest = Guest(self.image, iommu=self.iommu, name=name, saved=base, keep_disk=disk)
+            try:
+                subprocess.run(
+                    [
+                        "cp",
+                        "--sparse=always",
+                        str(base.disk if base else self.image.rootfs),
+                        str(disk),
+                    ],
+                    check=True,
+                    timeout=600,
+                    capture_output=True,
+                )
+                boot = guest.boot()
+                prepare(guest)
+                guest.save(directory / "state")
+            finally:
+                guest.close()
+            return {"number": boot.number, "boot_id": boot.boot_id, "seconds": boot.seconds}
+
         try:
-            subprocess.run(
-                ["cp", "--sparse=always", str(disk_from), str(disk)],
-                check=True,
-                timeout=600,
-                capture_output=True,
-            )
-            boot = guest.boot()
-            prepare(guest)
-            guest.save(directory / "state")
+            directory, made = self._states.obtain(name, inputs, make)
         except (LabError, OSError, subprocess.SubprocessError) as exc:
             log(f"saving the {name} guest failed: {exc}")
-            shutil.rmtree(directory, ignore_errors=True)
             return None
-        finally:
-            guest.close()
-        return SavedBoot(disk, directory / "state", boot, self.iommu)
+        boot = BootInfo(int(made["number"]), str(made["boot_id"]), float(made["seconds"]))
+        return SavedBoot(directory / "rootfs.img", directory / "state", boot, self.iommu)
 
-    def _remove_saved(self) -> None:
-        for directory in self._saved_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
-        self._saved_dirs = []
-        self._saved = self._installed = None
-
-    def shared(self) -> Guest:
+    def shared(self, *, installed: bool = True) -> Guest:
+        """The pool's one long-lived guest (started on first use, again if it died):
+        ``installed`` (from the installed state), or as booted (the demo installs it
+        where the user sees it)."""
         self.release_fresh()
         if self._shared is not None and not self._shared.alive():
             self._shared.close()
             self._shared = None
         if self._shared is None:
-            self._shared = self._boot("shared", installed=True)
+            self._shared = self._boot("shared", installed=installed)
         return self._shared
 
-    def _boot(self, name: str, *, installed: bool) -> Guest:
+    def _boot(self, name: str, *, installed: bool, cold: bool = False) -> Guest:
         if self.last is not None and self.last not in (self._shared, self._fresh):
             self.last.close()  # a failed boot kept only for its report
-        saved = (self.installed_boot() if installed else None) or self.saved_boot()
+        saved = None
+        if not cold:
+            saved = (self.installed_boot() if installed else None) or self.saved_boot()
         guest = Guest(self.image, iommu=self.iommu, name=name, saved=saved)
         self.last = guest
         try:
@@ -1494,12 +1542,14 @@ class GuestPool:
             self._shared.close()
             self._shared = None
 
-    def fresh(self, *, installed: bool = False) -> Guest:
+    def fresh(self, *, installed: bool = False, cold: bool = False) -> Guest:
         """A guest of its own: as booted, or ``installed`` (rdmad's .deb in place, as
-        install_rdmad() leaves it; from the installed_boot() where there is one)."""
+        install_rdmad() leaves it; from the installed_boot() where there is one).
+        ``cold``: really booted, never from a saved state (the test installs rdmad
+        itself where it wants it)."""
         self.discard_shared()
         self.release_fresh()
-        self._fresh = self._boot("fresh", installed=installed)
+        self._fresh = self._boot("fresh", installed=installed, cold=cold)
         return self._fresh
 
     def release_fresh(self) -> None:
@@ -1512,4 +1562,4 @@ class GuestPool:
         self.discard_shared()
         if self.last is not None:
             self.last.close()
-        self._remove_saved()
+        self._states.release()

@@ -40,6 +40,7 @@ def restored(g: Guest, pf: str, timeout: float) -> None:
     )
 
 
+@pytest.mark.lab_needs("reboot")
 def test_autoprobe_off_is_written_before_the_vfs_after_a_reboot_and_a_reload(
     installed_guest: Guest,
 ) -> None:

@@ -304,9 +304,8 @@ def run_inner(pytester: pytest.Pytester, case: str) -> tuple[dict[str, int], str
     )
     pytester.makepyfile(test_case=INNER_PRELUDE + INNER_CASES[case])
     with pytest.MonkeyPatch.context() as env:
-        # Under xdist the outer test already holds the workers' lock (workers.py): the
-        # inner run is not a worker, and waiting on that lock behind a lab_alone test
-        # that waits for the outer one would never end.
+        # The inner run is not one of the outer run's xdist workers: it must not take
+        # their lock (workers.py), whatever its tests ask for.
         env.delenv("PYTEST_XDIST_WORKER", raising=False)
         result = pytester.runpytest("-p", "no:cacheprovider", "-rR")
     return result.parseoutcomes(), result.stdout.str()

@@ -101,6 +101,7 @@ def test_image_venv_holds_rdmad_runtime_dependencies(guest: Guest) -> None:
     assert len(out.splitlines()) == len(dists)
 
 
+@pytest.mark.lab_needs("boot", "reboot")
 def test_reboot_keeps_disk_writes_but_loses_kernel_state(fresh_guest: Guest) -> None:
     g = fresh_guest
     first = g.boot_info

@@ -56,12 +56,13 @@ def _vf_ifindexes(g: Guest, pf: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.lab_needs("reboot")
 def test_deb_install_configure_reboot_upgrade_remove_purge(fresh_guest: Guest) -> None:
     g = fresh_guest
     version = _changelog_version()
     deb = build_deb()
     assert deb.name == f"rdmad_{version}_amd64.deb"
-    upgrade = build_deb(f"{version}+lab1")  # built now: the guest waits, not the test
+    upgrade = build_deb(f"{version}+lab1")  # scripts/test.sh built it: from the cache
     log(f"packages: {deb.name} ({deb.stat().st_size} B), {upgrade.name}")
 
     # --- install: offline, dependencies from the image, enabled and started ---------------

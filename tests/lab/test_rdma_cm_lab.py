@@ -121,6 +121,7 @@ def test_status_says_when_a_restored_link_cannot_serve(rdmad: Guest) -> None:
     g.run("ip link del labcn0")
 
 
+@pytest.mark.lab_needs("reboot")
 def test_traffic_after_reboot(installed_guest: Guest) -> None:
     """Enabled at install, rdmad re-creates both links at boot and they carry traffic."""
     g = installed_guest

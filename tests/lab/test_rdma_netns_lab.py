@@ -43,6 +43,7 @@ def rdma_object(g: Guest) -> dict[str, object]:
     return next(o for o in doc["objects"] if o["obj"] == "rdma")
 
 
+@pytest.mark.lab_needs("reboot")
 def test_netns_mode_set_restored_blocked_and_kept_across_reload_and_reboot(
     installed_guest: Guest,
 ) -> None:

@@ -365,6 +365,7 @@ vlan = 42
     assert_event_driven(wait_added(g, "rxvf", 2, timeout=120))
 
 
+@pytest.mark.lab_needs("reboot")
 def test_rxe_present_after_guest_reboot(installed_guest: Guest) -> None:
     """Enabled at boot, rdmad re-creates the rxe link nothing else persists."""
     g = installed_guest

@@ -43,6 +43,7 @@ def rxe_links(g: Guest) -> set[tuple[str, str]]:
     return {(lk["ifname"], lk.get("netdev", "")) for lk in g.rdma_links()}
 
 
+@pytest.mark.lab_needs("reboot")
 def test_hand_set_node_snapshotted_comes_back_identical_after_reboot(
     installed_guest: Guest,
 ) -> None:

@@ -509,6 +509,7 @@ def test_snapshot_of_hand_set_vfs_round_trips(rdmad_guest: Guest) -> None:
 # --- fresh guest: reboot and PF driver reload ---------------------------------------------------
 
 
+@pytest.mark.lab_needs("reboot")
 def test_igb_restored_after_reboot_and_driver_reload(installed_guest: Guest) -> None:
     """VFs, their settings and VF 2's declared driver (vfio-pci) come back after a guest
     reboot and after `modprobe -r igb && modprobe igb`, each time written by rdmad."""
