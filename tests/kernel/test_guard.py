@@ -49,6 +49,23 @@ def test_module_with_a_vf_held_through_vfio_is_refused_naming_pid_and_advice(
     assert "RDMAD_GUARD_FORCE=1" in text
 
 
+def test_a_roce_vf_whose_netdev_is_not_here_blocks_the_unload(tmp_path: Path) -> None:
+    # A pod's VF as the SR-IOV CNI leaves it: the netdev moved out, the RDMA device
+    # (RDMA netns mode shared) still here. On a tree nobody can look in the pod's
+    # namespace, so the VF is unknown: refused, like a VF held by a known process.
+    fs = FakeSysfs(tmp_path)
+    pf, vf = "0000:af:00.0", "0000:af:00.2"
+    fs.pf(pf, "mlx5_core", totalvfs=8, numvfs=1)
+    fs.vf(pf, 0, vf, "mlx5_core", iommu_group=90)
+    fs.ib_device("mlx5_5", vf, "00:00:00:00:00:00:00:05", link_layer="Ethernet")
+    fs.driver_module("mlx5_core", "mlx5_core")
+    d = decide.decide(Sysfs(tmp_path), "mlx5_core", [])
+    assert not d.allowed
+    [held] = d.held
+    assert held.what == f"VF 0 ({vf}) of PF {pf}"
+    assert "its netdev is not in this network namespace" in held.usage.describe()
+
+
 def test_pci_targets_a_pf_its_vfs_or_one_vf(node: FakeSysfs) -> None:
     sysfs = Sysfs(node.root)
     assert not decide.decide(sysfs, MLX5_PF, []).allowed

@@ -296,6 +296,56 @@ def test_netdev_nowhere_to_be_found_is_unknown(tmp_path: Path) -> None:
     assert usage.state is Use.UNKNOWN and "not looked up for the tree" in usage.describe()
 
 
+def _pod_vf(tmp_path: Path, link_layer: str) -> tuple[Sysfs, str]:
+    """An mlx5 VF on mlx5_core whose RDMA device stayed here (RDMA netns mode shared)
+    and whose netdev is not here: as the SR-IOV CNI leaves a pod's VF."""
+    fs = FakeSysfs(tmp_path)
+    pf, vf = "0000:af:00.0", "0000:af:00.2"
+    fs.pf(pf, "mlx5_core", totalvfs=8, numvfs=1)
+    fs.vf(pf, 0, vf, "mlx5_core", iommu_group=90)
+    fs.ib_device("mlx5_5", vf, "00:00:00:00:00:00:00:05", link_layer=link_layer)
+    return Sysfs(tmp_path), vf
+
+
+@pytest.mark.parametrize("link_layer", ["Ethernet", "InfiniBand"])
+def test_a_pods_vf_with_its_rdma_device_left_here_is_in_use(
+    tmp_path: Path, link_layer: str
+) -> None:
+    sysfs, vf = _pod_vf(tmp_path, link_layer)
+    backend = FakeNetns([ForeignNetdev(3, "net1", vf, "pci")], {})
+    usage = vf_usage(sysfs, OpenFiles.scan(sysfs), {}, vf, (), Namespaces(sysfs, backend))
+    assert usage.state is Use.IN_USE
+    assert usage.holders == ("netdev net1 is in network namespace nsid 3 (no process in it)",)
+
+
+def test_a_roce_vf_whose_netdev_is_nowhere_is_unknown(tmp_path: Path) -> None:
+    # A RoCE function always has a netdev: not here and not found is not "free".
+    sysfs, vf = _pod_vf(tmp_path, "Ethernet")
+    usage = vf_usage(sysfs, OpenFiles.scan(sysfs), {}, vf, (), Namespaces(sysfs, FakeNetns()))
+    assert usage.state is Use.UNKNOWN
+    assert "not found in another" in usage.describe()
+
+
+def test_an_infiniband_vf_without_ipoib_is_free_once_looked_for(tmp_path: Path) -> None:
+    sysfs, vf = _pod_vf(tmp_path, "InfiniBand")
+    backend = FakeNetns()
+    assert vf_usage(sysfs, OpenFiles.scan(sysfs), {}, vf, (), Namespaces(sysfs, backend)) is FREE
+    assert backend.asked == 1  # it was looked for
+
+
+class BrokenNetns(FakeNetns):
+    def foreign_netdevs(self) -> list[ForeignNetdev]:
+        raise OSError("rtnetlink: Operation not permitted")
+
+
+def test_an_infiniband_vf_whose_look_failed_is_unknown(tmp_path: Path) -> None:
+    sysfs, vf = _pod_vf(tmp_path, "InfiniBand")
+    ns = Namespaces(sysfs, BrokenNetns())
+    usage = vf_usage(sysfs, OpenFiles.scan(sysfs), {}, vf, (), ns)
+    assert usage.state is Use.UNKNOWN
+    assert "Operation not permitted" in usage.describe()
+
+
 @pytest.fixture
 def netns_with_veth() -> object:
     if os.geteuid() != 0:

@@ -11,9 +11,14 @@ A VF is in use when (FIELD.md):
   link. Destroying the VF under a held rxe link hangs the kernel (igbvf_remove
   waits in netdev_run_todo forever, measured on 6.1), and kernel users of a link
   cannot be ruled out on every kernel;
-* it is bound to a network driver but its netdev is not in this namespace (moved
-  into a container): in use, naming the namespace when rtnetlink can find it,
-  unknown otherwise.
+* its netdev is in another network namespace (a pod's, moved there by the SR-IOV
+  CNI): in use, naming the namespace, whatever else the VF shows. The CNI moves the
+  netdev only; with RDMA netns mode "shared" (the kernel's default) the VF's RDMA
+  device stays here, so a VF with an RDMA device but no netdev here is looked for
+  too. Where the VF must have a netdev (no RDMA device, or a RoCE one: an Ethernet
+  port) and it is found nowhere, or the look fails: unknown. An InfiniBand VF may
+  have none (IPoIB not loaded): in use when found elsewhere, unknown when the look
+  fails, free when it succeeds and finds nothing.
 
 Open files are read once per observation (``OpenFiles.scan``): one walk of
 /proc/*/fd serves every VF and RDMA device. Which namespace a hidden netdev went
@@ -203,6 +208,7 @@ class Namespaces:
         self._backend = backend
         self._foreign: list[ForeignNetdev] | None = None
         self._error: str | None = None
+        self._tree = False  # a tree (not the live host) has no other namespace to look in
         self._by_nsid: dict[int, list[str]] | None = None
 
     def _load(self) -> list[ForeignNetdev]:
@@ -210,6 +216,7 @@ class Namespaces:
             try:
                 if self._backend is None:
                     if os.path.realpath(self.sysfs.root) != "/":
+                        self._tree = True
                         raise OSError(
                             f"namespaces are not looked up for the tree {self.sysfs.root}"
                         )
@@ -221,19 +228,25 @@ class Namespaces:
                 self._foreign = []
         return self._foreign
 
-    def usage(self, pci: str, driver: str) -> Usage:
+    def usage(self, pci: str, driver: str, *, netdev_optional: bool = False) -> Usage:
+        """In use when the function's netdev is in another namespace. Not found:
+        unknown, unless ``netdev_optional`` (an InfiniBand function without IPoIB has
+        none) and the look itself worked (or there is nowhere else to look: a tree):
+        free."""
         hit = next((f for f in self._load() if f.parent == pci), None)
-        if hit is None:
-            why = f"; looking for it failed: {self._error}" if self._error else ""
+        if hit is not None:
             return Usage(
-                Use.UNKNOWN,
-                (
-                    f"bound to {driver} but its netdev is not in this network namespace "
-                    f"and was not found in another{why}",
-                ),
+                Use.IN_USE, (f"netdev {hit.name} is in network namespace {self.label(hit.nsid)}",)
             )
+        if netdev_optional and (self._error is None or self._tree):
+            return FREE
+        why = f"; looking for it failed: {self._error}" if self._error else ""
         return Usage(
-            Use.IN_USE, (f"netdev {hit.name} is in network namespace {self.label(hit.nsid)}",)
+            Use.UNKNOWN,
+            (
+                f"bound to {driver} but its netdev is not in this network namespace "
+                f"and was not found in another{why}",
+            ),
         )
 
     def label(self, nsid: int) -> str:
@@ -363,13 +376,32 @@ def vf_usage(
                 carries = Usage(Use.IN_USE, (f"{netdev} carries {kind} link {link.name}",))
                 found += [carries, link.usage]
     bound_to_kernel_driver = fn.driver is not None and fn.driver not in PASSTHROUGH_DRIVERS
-    if bound_to_kernel_driver and not fn.netdevs and not fn.ib_devices:
-        found.append((namespaces or Namespaces(sysfs)).usage(vf_pci, fn.driver or "?"))
+    if bound_to_kernel_driver and not fn.netdevs:
+        # Not here: in a pod's namespace, whatever RDMA device stayed behind here.
+        optional = bool(fn.ib_devices) and not any(
+            _has_ethernet_port(sysfs, ib) for ib in fn.ib_devices
+        )
+        found.append(
+            (namespaces or Namespaces(sysfs)).usage(
+                vf_pci, fn.driver or "?", netdev_optional=optional
+            )
+        )
     usage = combine(*found)
     if usage.state is Use.IN_USE:
         return usage  # a known holder is what an operator needs
     # Free or unknown so far: every reason the open files are unknown counts too.
     return combine(usage, files.unknown() or FREE)
+
+
+def _has_ethernet_port(sysfs: Sysfs, ib_device: str) -> bool:
+    """Whether an RDMA device has a RoCE port (link_layer Ethernet): such a function
+    always has a netdev. A port that cannot be read counts as one (the netdev is then
+    looked for, and its absence is unknown, not free)."""
+    base = f"{CLASS_IB}/{ib_device}/ports"
+    ports = sysfs.listdir(base)
+    if not ports:
+        return True
+    return any(sysfs.read(f"{base}/{port}/link_layer") in (None, "Ethernet") for port in ports)
 
 
 def _held(holders: list[str]) -> Usage:
