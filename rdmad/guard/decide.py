@@ -28,6 +28,7 @@ from rdmad.kernel.usage.holders import (
     OpenFiles,
     combine,
     rdma_link_usage,
+    representor_usage,
     vf_usage,
 )
 from rdmad.model.observed import RdmaLinkObserved, Usage, Use
@@ -230,6 +231,7 @@ def _decide_devices(
             vfs.setdefault(dev, f"VF {dev} of PF {physfn}")
         elif virtfns:
             checked.append(f"PF {dev}: {len(virtfns)} VF(s)")
+            held += _representors_held(sysfs, dev, links)
         else:
             checked.append(f"{dev}: no VFs")
     busy = 0
@@ -244,6 +246,19 @@ def _decide_devices(
     if free:
         checked.append(f"{free} VF(s) free")
     return Decision(target, modules, tuple(checked), tuple(held), tuple(notes))
+
+
+def _representors_held(sysfs: Sysfs, pf: str, links: Sequence[RdmaLinkObserved]) -> list[Held]:
+    """The PF's VF representors in use (unloading the PF driver destroys them)."""
+    try:
+        representors = sysfs.vf_representors(pf)
+    except Unreadable as exc:
+        return [Held(f"the VF representors of PF {pf}", Usage(Use.UNKNOWN, (exc.reason,)))]
+    return [
+        Held(f"the representor {netdev} of VF {index} of PF {pf}", usage)
+        for index, netdev in sorted(representors.items())
+        if (usage := representor_usage(sysfs, netdev, links)).busy
+    ]
 
 
 def _decide_rxe(

@@ -9,6 +9,7 @@ the kernel's layout: which file or link says what about a device.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # phys_port_name of a switchdev representor: pf0, pf0vf1, pf0sf3, c1pf0vf1 (mlx5, the
 # kernel's devlink port naming); an uplink is p0/p1 or has no phys_port_name at all.
 _REPRESENTOR_PORT = re.compile(r"^(c\d+)?pf\d+((vf|sf)\d+)?$")
+_VF_REPRESENTOR_PORT = re.compile(r"^(?:c\d+)?pf\d+vf(\d+)$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
 
@@ -162,6 +164,24 @@ class Sysfs(SysfsFiles):
             dev_port = self.read_int(f"{CLASS_NET}/{name}/dev_port") or 0
             candidates.append((dev_port, name))
         return min(candidates)[1] if candidates else None
+
+    def vf_representors(self, pf: str) -> dict[int, str]:
+        """VF index -> representor netdev, from the phys_port_name (pfNvfM) of the PF's
+        netdevs: what a re-check and the guard read (observation asks devlink).
+        Unreadable when the PF's netdevs or a name cannot be read."""
+        out: dict[int, str] = {}
+        base = f"{self.device_dir(pf)}/net"
+        for name in self.entries(base, optional=True):
+            try:
+                port = self.read_known(f"{base}/{name}/phys_port_name")
+            except Unreadable as exc:
+                if exc.errno != errno.EOPNOTSUPP:
+                    raise
+                port = None  # a netdev without port names (igb, virtio): not a representor
+            m = _VF_REPRESENTOR_PORT.match(port or "")
+            if m is not None:
+                out[int(m.group(1))] = name
+        return out
 
     def netdev_pci(self, name: str) -> str | None:
         """The PCI function behind a netdev; None for virtual devices.

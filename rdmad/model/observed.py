@@ -80,6 +80,19 @@ class VfObserved:
     ib: IbVfSettings | None = None  # None: not an InfiniBand PF
     usage: Usage = FREE
     representor: str | None = None  # the VF's representor netdev (switchdev mode)
+    # What uses the representor (an OVS bridge, an rxe link on it...): gone with the
+    # VF's vport, which an eSwitch mode change and a numvfs change re-create.
+    representor_usage: Usage = FREE
+
+    @property
+    def vport_busy(self) -> bool:
+        """Whether destroying the VF's vport (the VF and its representor) hurts someone."""
+        return self.usage.busy or self.representor_usage.busy
+
+    def vport_holders(self) -> str:
+        """Who holds the VF or its representor, for a Blocked reason."""
+        parts = [u.describe() for u in (self.usage, self.representor_usage) if u.busy]
+        return "; ".join(parts) if parts else "free"
 
 
 @dataclass(frozen=True, slots=True)

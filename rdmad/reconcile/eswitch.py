@@ -6,10 +6,12 @@ switchdev offloads and the port functions of VFs exist only in switchdev mode, s
 mode comes first: a pass that restores a PF sets the mode, then makes the VFs, then
 their settings. A mode change while VFs exist re-creates their vports (mlx5 tears down
 and re-creates each VF's eSwitch port; a VM's VF loses its traffic meanwhile), so it is
-planned only while every VF is known to be free, and re-checked right before it is sent
-(``kernel.apply.recheck``). What the driver does not have is ``unsupported-by-driver``:
-a PF without an eSwitch at all, or an option it refused (remembered in ``PlanState``
-as for VF attributes, not retried until the config or the driver changes).
+planned only while every VF and its representor (an OVS bridge port, an rxe link on it:
+the representor netdevs are destroyed too) are known to be free, and re-checked right
+before it is sent (``kernel.apply.recheck``). What the driver does not have is
+``unsupported-by-driver``: a PF without an eSwitch at all, or an option it refused
+(remembered in ``PlanState`` as for VF attributes, not retried until the config or the
+driver changes).
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ def plan_eswitch(
 
 def _vfs_not_free(obj: str, pf: PfObserved) -> Blocked | None:
     """Why the mode may not change under the PF's VFs now; None when all are free."""
-    busy = [v for v in pf.vfs if v.usage.busy]
+    busy = [v for v in pf.vfs if v.vport_busy]
     if busy:
-        held = "; ".join(f"VF {v.index} ({v.pci}): {v.usage.describe()}" for v in busy)
+        held = "; ".join(f"VF {v.index} ({v.pci}): {v.vport_holders()}" for v in busy)
         return Blocked(
             obj,
             f"the eSwitch mode change would re-create the vports of VFs in use: {held}",

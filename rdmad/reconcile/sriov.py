@@ -184,10 +184,11 @@ def _numvfs_steps(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
     old, new = pf.numvfs, spec.numvfs
     if old == 0:
         return [SetNumVfs(obj, f"restore {new} VFs", pci=pf.pci, old=0, new=new)]
-    busy = [v for v in pf.vfs if v.usage.busy]
-    # Any change of a non-zero count destroys every VF (the kernel requires 0 in between).
+    busy = [v for v in pf.vfs if v.vport_busy]
+    # Any change of a non-zero count destroys every VF (the kernel requires 0 in between),
+    # and in switchdev mode its representor with it.
     if busy:
-        held = "; ".join(f"VF {v.index} ({v.pci}): {v.usage.describe()}" for v in busy)
+        held = "; ".join(f"VF {v.index} ({v.pci}): {v.vport_holders()}" for v in busy)
         return [
             Blocked(
                 obj,

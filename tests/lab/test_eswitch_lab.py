@@ -7,7 +7,9 @@ inline mode: the declared one is reported unsupported-by-driver, not retried.
 
 netdevsim VFs are not PCI devices, so nothing can hold one: the block of a mode change
 under VFs in use is proven by the unit and kernel tests (tests/unit/test_reconcile_eswitch.py,
-tests/kernel/test_eswitch_host.py), not here.
+tests/kernel/test_eswitch_host.py), not here. Their representors are real netdevs: one
+in a bridge (as OVS takes them) and an rxe link on another block a mode change, named
+in the status, until both are let go; then the mode changes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ from typing import Any
 
 import pytest
 from harness import Guest
-from service import applied, ctl, ctl_status, history, history_entries, start, stop_and_forget
+from service import (
+    DEBUG_LOG,
+    applied,
+    ctl,
+    ctl_status,
+    history,
+    history_entries,
+    start,
+    status_text,
+    stop_and_forget,
+    wait_passes,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -145,3 +158,64 @@ def test_switchdev_before_the_vfs_kept_against_a_hand_change_and_a_recreated_dev
         f"  vf 0 (netdevsim{NSIM_ID} vf 0): no driver",
         f"  vf 1 (netdevsim{NSIM_ID} vf 1): no driver",
     ], check
+
+
+def representors(g: Guest) -> dict[int, str]:
+    """VF index -> representor netdev, as devlink's pcivf ports show them."""
+    ports = g.json("devlink -j port show")["port"]
+    return {
+        int(p["vfnum"]): str(p["netdev"])
+        for name, p in ports.items()
+        if name.startswith(f"{DEV}/") and p.get("flavour") == "pcivf" and "netdev" in p
+    }
+
+
+def test_representors_in_use_block_a_mode_change_until_they_are_let_go(
+    rdmad_guest: Guest,
+) -> None:
+    g = rdmad_guest
+    netdev = g.nsim_create(NSIM_ID)
+    # By hand: switchdev, two VFs; VF 0's representor in a bridge (as OVS takes it),
+    # an rxe link on VF 1's.
+    g.check(f"devlink dev eswitch set {DEV} mode switchdev")
+    g.check(f"echo 2 > {SYSDEV}/sriov_numvfs")
+    g.wait_for(
+        f"[ $(devlink port show | grep '^{DEV}/' | grep -c 'flavour pcivf') = 2 ]", timeout=60
+    )
+    reps = representors(g)
+    assert sorted(reps) == [0, 1], reps
+    g.check(f"ip link add labbr0 type bridge && ip link set {reps[0]} master labbr0")
+    g.check(f"modprobe rdma_rxe && rdma link add labrep1 type rxe netdev {reps[1]}")
+
+    # Declared legacy: the mode change would destroy both representors.
+    start(
+        g,
+        f'[daemon]\ndrift_interval = "2s"\n{DEBUG_LOG}\n\n'
+        f'[[sriov]]\npf = {{ name = "{netdev}" }}\nnumvfs = 2\neswitch = {{ mode = "legacy" }}\n',
+    )
+    g.wait_for(
+        "systemctl show -p StatusText --value rdmad | grep -q 'eSwitch mode change'", timeout=60
+    )
+    wait_passes(g, 2)  # rdmad's own record that it looked again and changed nothing
+    assert mode(g) == "switchdev"
+    assert representors(g) == reps
+    _, doc = ctl_status(g)
+    obj = json.dumps(sriov_object(doc, netdev))
+    assert f"representor {reps[0]} is a port of labbr0" in obj, obj
+    assert f"representor {reps[1]} carries rxe link labrep1" in obj, obj
+    assert "eSwitch mode change" in status_text(g)
+    assert not [h for h in history(g) if applied(f"netdevsim{NSIM_ID} eswitch mode")(h)]
+
+    # The bridge lets go: still blocked by the rxe link.
+    g.check(f"ip link set {reps[0]} nomaster")
+    wait_passes(g, 2)
+    assert mode(g) == "switchdev"
+    _, doc = ctl_status(g)
+    obj = json.dumps(sriov_object(doc, netdev))
+    assert "labbr0" not in obj and "carries rxe link labrep1" in obj, obj
+
+    # The rxe link goes too: now the mode changes, the VFs re-created under legacy.
+    g.check("rdma link delete labrep1")
+    history_entries(g, applied(f"netdevsim{NSIM_ID} eswitch mode: switchdev -> legacy"), 1, 120)
+    g.wait_for(f"devlink dev eswitch show {DEV} | grep -q 'mode legacy'", timeout=60)
+    assert representors(g) == {}

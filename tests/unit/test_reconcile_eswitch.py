@@ -24,6 +24,8 @@ from rdmad.model import (
     SetVfSettings,
     Unsupported,
     UnsupportedKey,
+    Usage,
+    Use,
 )
 from rdmad.model.validation import SpecError, validate
 from rdmad.reconcile import plan
@@ -88,6 +90,28 @@ def test_a_mode_change_under_vfs_not_free_is_blocked_naming_them(usage: object) 
     assert len(blocked) == 1 and blocked[0].vfs == (1,)
     assert "would re-create the vports of VFs in use: VF 1" in blocked[0].reason
     assert usage.holders[0] in blocked[0].reason  # type: ignore[attr-defined]
+
+
+def test_a_representor_in_use_blocks_a_mode_change_and_a_numvfs_change() -> None:
+    # The representors go with the vports: an OVS port or an rxe link on one holds them.
+    ovs = Usage(Use.IN_USE, ("representor pf0vf1 is a port of ovs-system",))
+    p = with_eswitch(pf(numvfs=2), SWITCHDEV)
+    vfs = tuple(
+        dataclasses.replace(v, representor=f"pf0vf{v.index}", representor_usage=ovs)
+        if v.index == 1
+        else v
+        for v in p.vfs
+    )
+    p = dataclasses.replace(p, vfs=vfs)
+    actions = plan(desired(2, {"mode": "legacy"}), node(p), PlanState())
+    [blocked] = [a for a in actions if isinstance(a, Blocked)]
+    assert not any(isinstance(a, SetEswitch) for a in actions)
+    assert blocked.vfs == (1,)
+    assert f"VF 1 ({p.vfs[1].pci}): representor pf0vf1 is a port of ovs-system" in blocked.reason
+    actions = plan(desired(4, None), node(p), PlanState())
+    [blocked] = [a for a in actions if isinstance(a, Blocked)]
+    assert not any(isinstance(a, SetNumVfs) for a in actions)
+    assert "would destroy VFs in use" in blocked.reason and "ovs-system" in blocked.reason
 
 
 def test_a_mode_change_under_free_vfs_goes_and_vfs_not_all_visible_block() -> None:

@@ -31,13 +31,14 @@ from rdmad.kernel.netlink.vf_apply import VfChangeResult
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.kernel.usage.holders import combine
+from rdmad.kernel.usage.holders import combine, representor_usage
 from rdmad.model import (
     Observed,
     RdmaLinkObserved,
     Usage,
     Use,
     VfChange,
+    VfObserved,
     VfSettings,
 )
 
@@ -267,9 +268,17 @@ class ObservingHost:
             if got is None:
                 pfs.append(pf)
                 continue
-            vfs = tuple(replace(v, representor=got.representors.get(v.index)) for v in pf.vfs)
+            vfs = tuple(self._with_representor(v, got, snapshot) for v in pf.vfs)
             pfs.append(replace(pf, eswitch=got.eswitch, vfs=vfs))
         return replace(snapshot, pfs=tuple(pfs))
+
+    def _with_representor(self, vf: VfObserved, seen: PfSeen, snapshot: Observed) -> VfObserved:
+        """The VF with its representor netdev and what uses it (gone with the vport)."""
+        name = seen.representors.get(vf.index)
+        if name is None:
+            return replace(vf, representor=None)
+        usage = representor_usage(self.sysfs, name, snapshot.rdma_links)
+        return replace(vf, representor=name, representor_usage=usage)
 
     async def _rdma_links(
         self, notes: list[str], *, paused: bool = False

@@ -8,6 +8,9 @@ The host re-checks before an action's first write and again right before each
 destructive write that follows other writes of the action (a driver change loads a
 module for up to two minutes before it unbinds).
 
+An eSwitch mode change or a numvfs change destroys the VFs' representors too: their
+users (read from sysfs: phys_port_name pfNvfM) are re-checked with the VFs'.
+
 A re-check that cannot look (a listing or read fails: ``Unreadable``) is stale too,
 naming why: not being able to tell is never "free".
 """
@@ -19,7 +22,11 @@ from collections.abc import Sequence
 from rdmad.kernel.apply.writes import Op, PlannedWrite
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
-from rdmad.kernel.usage.holders import rdma_link_usage_now, vf_usage_now
+from rdmad.kernel.usage.holders import (
+    rdma_link_usage_now,
+    representor_usage_now,
+    vf_usage_now,
+)
 from rdmad.model import RdmaLinkObserved
 
 
@@ -42,17 +49,9 @@ def _recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -
         now = int(text) if text is not None and text.isdigit() else None
         if now != old:
             raise StaleAction(f"sriov_numvfs is {now}, planned from {old}")
-        pci = w.path.rsplit("/", 2)[-2]
-        for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
-            usage = vf_usage_now(sysfs, vf_pci, links)
-            if usage.busy:
-                raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+        _vports_free(sysfs, w.path.rsplit("/", 2)[-2], links)
     elif w.op is Op.ESWITCH:
-        pci = w.path
-        for index, vf_pci in sorted(sysfs.virtfns(pci).items()):
-            usage = vf_usage_now(sysfs, vf_pci, links)
-            if usage.busy:
-                raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+        _vports_free(sysfs, w.path, links)
     elif w.op is Op.UNBIND:
         pci = w.value
         now_driver = sysfs.link_known(f"{PCI_DEVICES}/{pci}/driver")
@@ -70,3 +69,15 @@ def _recheck(w: PlannedWrite, sysfs: Sysfs, links: Sequence[RdmaLinkObserved]) -
         usage = rdma_link_usage_now(sysfs, link)
         if usage.busy:
             raise StaleAction(f"{w.path} is now in use: {usage.describe()}")
+
+
+def _vports_free(sysfs: Sysfs, pf: str, links: Sequence[RdmaLinkObserved]) -> None:
+    """Every VF of ``pf`` and every VF representor free now (both go with the vports)."""
+    for index, vf_pci in sorted(sysfs.virtfns(pf).items()):
+        usage = vf_usage_now(sysfs, vf_pci, links)
+        if usage.busy:
+            raise StaleAction(f"VF {index} ({vf_pci}) is now in use: {usage.describe()}")
+    for index, netdev in sorted(sysfs.vf_representors(pf).items()):
+        usage = representor_usage_now(sysfs, netdev, links)
+        if usage.busy:
+            raise StaleAction(f"VF {index}'s representor is now in use: {usage.describe()}")

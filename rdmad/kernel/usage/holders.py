@@ -393,6 +393,41 @@ def vf_usage(
     return combine(usage, files.unknown() or FREE)
 
 
+def representor_usage(
+    sysfs: Sysfs, netdev: str, rdma_links: Sequence[RdmaLinkObserved] = ()
+) -> Usage:
+    """What uses a VF representor netdev, which an eSwitch mode change or a numvfs
+    change destroys with the VF's vport: a master (an OVS datapath, a bridge, a bond),
+    an RDMA link on it (busy like one on a VF's netdev), and its link's users. Not in
+    this namespace, or a read that fails: unknown."""
+    base = f"sys/class/net/{netdev}"
+    try:
+        if not sysfs.present(base):
+            return Usage(Use.UNKNOWN, (f"representor {netdev} is not in this network namespace",))
+        master = sysfs.link_known(f"{base}/master")
+    except Unreadable as exc:
+        return Usage(Use.UNKNOWN, (exc.reason,))
+    found = []
+    if master is not None:
+        found.append(Usage(Use.IN_USE, (f"representor {netdev} is a port of {master}",)))
+    ifindex = sysfs.read_int(f"{base}/ifindex")
+    for link in rdma_links:
+        if link.netdev == netdev or (ifindex is not None and link.netdev_ifindex == ifindex):
+            kind = link.driver or "RDMA"
+            said = f"representor {netdev} carries {kind} link {link.name}"
+            found += [Usage(Use.IN_USE, (said,)), link.usage]
+    return combine(*found)
+
+
+def representor_usage_now(
+    sysfs: Sysfs, netdev: str, rdma_links: Sequence[RdmaLinkObserved] = ()
+) -> Usage:
+    """The same with the links' uverbs holders scanned again (a re-check, the guard)."""
+    files = OpenFiles.scan(sysfs)
+    links = [replace(r, usage=rdma_link_usage(sysfs, files, r)) for r in rdma_links]
+    return representor_usage(sysfs, netdev, links)
+
+
 def _has_ethernet_port(sysfs: Sysfs, ib_device: str) -> bool:
     """Whether an RDMA device has a RoCE port (link_layer Ethernet): such a function
     always has a netdev. A port that cannot be read counts as one (the netdev is then
