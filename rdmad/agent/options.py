@@ -27,7 +27,8 @@ class AgentOptions:
     backoff_jitter: float = 0.1
     watchdog_interval: float | None = None  # seconds between WATCHDOG=1 (half WATCHDOG_USEC)
     action_budget: float = 60.0  # an action running longer means the loop is stuck
-    long_action_budget: float = 330.0  # numvfs writes (65 s seen) and modprobe (120 s timeout)
+    # numvfs writes (65 s seen), modprobe (120 s timeout), eSwitch mode changes (300 s)
+    long_action_budget: float = 330.0
     dry_run: bool = False
 
     def with_config(self, desired: Desired) -> AgentOptions:

@@ -54,7 +54,7 @@ import structlog
 from rdmad.agent.applying import Applied, Applier
 from rdmad.agent.fastpath import FastPath
 from rdmad.agent.memory import Memory
-from rdmad.agent.options import PassInfo, Shared
+from rdmad.agent.options import AgentOptions, PassInfo, Shared
 from rdmad.agent.pauses import PauseHistory
 from rdmad.agent.protocols import Host, Planner
 from rdmad.agent.reporting import Reporter
@@ -65,6 +65,7 @@ from rdmad.model import (
     LoadModule,
     NotServing,
     Observed,
+    SetEswitch,
     SetNumVfs,
     Waiting,
 )
@@ -322,11 +323,20 @@ class PassRunner:
         in_flight = self.applier.in_flight
         if in_flight is not None:
             action, since = in_flight
-            slow = isinstance(action, SetNumVfs | LoadModule | BindVfDriver)
-            budget = o.long_action_budget if slow else o.action_budget
+            budget = budget_for(action, o)
             if now - since > budget:
                 return False, f"{action.describe()} running for {now - since:.0f} s"
         observing = self.observing_since
         if observing is not None and now - observing > o.action_budget:
             return False, f"observe running for {now - observing:.0f} s"
         return True, ""
+
+
+# Actions whose kernel work can take minutes on large NICs (a numvfs write, modprobe, a
+# VF driver bind, an eSwitch mode change re-creating every vport): the long budget.
+LONG_ACTIONS = (SetNumVfs, LoadModule, BindVfDriver, SetEswitch)
+
+
+def budget_for(action: Action, options: AgentOptions) -> float:
+    """How long ``action`` may run before the loop counts as stuck (no WATCHDOG=1)."""
+    return options.long_action_budget if isinstance(action, LONG_ACTIONS) else options.action_budget

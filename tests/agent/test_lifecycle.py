@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from rdmad.model import Action, Observed, PlanState, SetNumVfs, Waiting
+from rdmad.agent.options import AgentOptions
+from rdmad.agent.runner import budget_for
+from rdmad.model import Action, Observed, PlanState, SetEswitch, SetNumVfs, Waiting
 from rdmad.state import State, StateStore
 
 from .conftest import FakeHost, RigFactory, desired, until
@@ -176,6 +178,16 @@ async def test_watchdog_pings_while_healthy_and_stops_when_stuck(rig: RigFactory
     await r.advance(20.0, step=1.0)
     assert r.notes.count("WATCHDOG=1") > pings_when_stuck  # alive again
     await r.stop()
+
+
+def test_an_eswitch_mode_change_has_the_long_budget_of_a_numvfs_write() -> None:
+    # A mode change re-creates every vport (seconds to minutes on real NICs): the
+    # watchdog must not count the loop as stuck while the kernel does it.
+    o = AgentOptions()
+    mode = SetEswitch("o", "r", pci="0000:3b:00.0", changes=(("mode", "legacy", "switchdev"),))
+    numvfs = SetNumVfs("o", "r", pci="0000:3b:00.0", old=0, new=8)
+    assert budget_for(mode, o) == budget_for(numvfs, o) == o.long_action_budget
+    assert budget_for(Waiting("o", "r"), o) == o.action_budget
 
 
 async def test_status_line_updates_only_on_change(rig: RigFactory) -> None:

@@ -7,9 +7,14 @@ only the ports of the PF asked about count."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import struct
+import threading
 
+import pytest
+
+from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink import devlink_codec as dl
 from rdmad.kernel.netlink.devlink import NO_FAMILY, Devlink
 from rdmad.kernel.netlink.nlcodec import NlMsg, asciiz, attr, nested, split_messages
@@ -40,15 +45,28 @@ def port(bus: str, dev: str, index: int, vf: int, netdev: str) -> NlMsg:
 
 
 class Script:
-    """A transport answering by request: the genl command (or the controller)."""
+    """A transport answering by request: the genl command (or the controller). A
+    command in ``held`` is answered only once its event is set, as the kernel answers
+    a request sent while another process's eSwitch change holds the device."""
 
-    def __init__(self, answers: dict[int, list[NlMsg] | int]) -> None:
+    def __init__(
+        self,
+        answers: dict[int, list[NlMsg] | int],
+        held: dict[int, threading.Event] | None = None,
+    ) -> None:
         self.answers = answers
+        self.held = held or {}
         self.asked: list[int] = []
+        self.threads: set[str] = set()
 
-    async def request(self, mtype: int, flags: int, payload: bytes) -> list[NlMsg]:
+    def request_blocking(
+        self, mtype: int, flags: int, payload: bytes, reply_wait: float
+    ) -> list[NlMsg]:
         key = -1 if mtype == dl.GENL_ID_CTRL else payload[0]
         self.asked.append(key)
+        self.threads.add(threading.current_thread().name)
+        if key in self.held:
+            assert self.held[key].wait(30), "held for the whole test"
         answer = self.answers[key]
         if isinstance(answer, int):
             raise NetlinkFailure(answer, "scripted")
@@ -72,9 +90,13 @@ def family() -> list[NlMsg]:
     return [one]
 
 
-def client(answers: dict[int, list[NlMsg] | int]) -> tuple[Devlink, Script]:
-    script = Script(answers)
-    return Devlink(transport=script), script  # type: ignore[arg-type]
+def client(
+    answers: dict[int, list[NlMsg] | int],
+    held: dict[int, threading.Event] | None = None,
+    **deadlines: float,
+) -> tuple[Devlink, Script]:
+    script = Script(answers, held)
+    return Devlink(transport=script, **deadlines), script  # type: ignore[arg-type]
 
 
 async def test_switchdev_pf_with_its_representors_only() -> None:
@@ -145,3 +167,63 @@ async def test_a_kernel_without_devlink_is_asked_once() -> None:
         seen = await d.read_pfs([(PCI, "mlx5_core")])
         assert seen[PCI].eswitch.absent == NO_FAMILY and seen[PCI].eswitch.unread is None
     assert script.asked == [-1]
+
+
+LEGACY_ANSWERS: dict[int, list[NlMsg] | int] = {
+    -1: family(),
+    dl.CMD_GET: [message(dl.CMD_NEW, device("pci", PCI))],
+    dl.CMD_ESWITCH_GET: [
+        message(dl.CMD_ESWITCH_GET, device("pci", PCI), attr(dl.ATTR_ESWITCH_MODE, b"\0\0"))
+    ],
+    dl.CMD_ESWITCH_SET: [],
+}
+
+
+async def test_a_mode_change_runs_off_the_event_loop() -> None:
+    gate = threading.Event()
+    d, script = client(LEGACY_ANSWERS, {dl.CMD_ESWITCH_SET: gate})
+    write = asyncio.ensure_future(d.set_eswitch(PCI, mode="switchdev"))
+    ticks = 0
+    while dl.CMD_ESWITCH_SET not in script.asked:  # the kernel has the request
+        await asyncio.sleep(0.01)
+        ticks += 1
+        assert ticks < 3000
+    for _ in range(5):  # the loop keeps running while the kernel works on it
+        await asyncio.sleep(0)
+    assert not write.done()
+    gate.set()
+    await asyncio.wait_for(write, 30)
+    assert threading.main_thread().name not in script.threads
+
+
+async def test_a_read_behind_a_stuck_request_is_unread_and_nothing_more_is_sent() -> None:
+    gate = threading.Event()
+    d, script = client(LEGACY_ANSWERS, {dl.CMD_ESWITCH_GET: gate}, read_deadline=0.2)
+    try:
+        first = (await d.read_pfs([(PCI, "mlx5_core")]))[PCI].eswitch
+        assert first.mode is None and first.unread is not None
+        assert "did not answer within 0.2 s" in first.unread
+        asked = len(script.asked)
+        second = (await d.read_pfs([(PCI, "mlx5_core")]))[PCI].eswitch
+        assert second.unread is not None and "has not returned after" in second.unread
+        assert len(script.asked) == asked  # nothing sent beside the stuck request
+    finally:
+        gate.set()
+    for _ in range(3000):  # bounded: the stuck request returns, then reads work again
+        seen = (await d.read_pfs([(PCI, "mlx5_core")]))[PCI].eswitch
+        if seen.unread is None:
+            break
+        await asyncio.sleep(0.01)
+    assert seen.mode == "legacy", seen
+
+
+async def test_a_write_past_its_deadline_fails_saying_so() -> None:
+    gate = threading.Event()
+    d, _ = client(LEGACY_ANSWERS, {dl.CMD_ESWITCH_SET: gate}, write_deadline=0.2)
+    try:
+        with pytest.raises(KernelError) as caught:
+            await d.set_eswitch(PCI, mode="switchdev")
+    finally:
+        gate.set()
+    assert caught.value.errno == errno.ETIMEDOUT
+    assert "the kernel may still complete it" in str(caught.value)

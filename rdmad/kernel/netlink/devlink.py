@@ -6,11 +6,23 @@ addressed by its devlink handle: ``pci/BDF``, or ``netdevsim/netdevsimN`` for th
 netdevsim devices. The family id is asked once per client (the kernel keeps it for as
 long as it runs); the socket is closed after each observation and write, like the
 other clients, so an idle daemon holds none.
+
+Every request runs in a worker thread (``NetlinkTransport.request_blocking``): the
+kernel runs a devlink handler inside the sender's sendmsg, under the instance's lock,
+so a mode change (seconds on real NICs: every VF's vport is re-created) would stop the
+event loop, and a read sent while another process changes the mode would wait behind
+it. A read waits at most ``read_deadline`` (then the eSwitch is unread: unknown), a
+write ``write_deadline`` with a progress line every few seconds. A thread cannot be
+stopped once the kernel has its request: past its deadline the request is left to
+finish, and no other request is sent until it returns (the next one says so).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -36,6 +48,12 @@ from rdmad.kernel.netlink.nlsock import NetlinkFailure, NetlinkTransport
 from rdmad.model import EswitchObserved
 
 NO_FAMILY = "this kernel has no devlink"
+READ_DEADLINE = 10.0  # a read behind another process's mode change: then unread (unknown)
+WRITE_DEADLINE = 300.0  # a mode change re-creates every VF's vport: a minute on large NICs
+REPLY_WAIT = 30.0  # once the kernel has run a request, its replies are queued
+PROGRESS_EVERY = 5.0  # a long write's progress line
+
+log = logging.getLogger("rdmad.kernel")
 
 
 class NoDevlink(KernelError):
@@ -54,19 +72,60 @@ class Devlink:
     """devlink for the daemon's network namespace (or a named one)."""
 
     def __init__(
-        self, netns: str | None = None, *, transport: NetlinkTransport | None = None
+        self,
+        netns: str | None = None,
+        *,
+        transport: NetlinkTransport | None = None,
+        read_deadline: float = READ_DEADLINE,
+        write_deadline: float = WRITE_DEADLINE,
     ) -> None:
         self._nl = transport or NetlinkTransport(NETLINK_GENERIC, netns)
         self._family: int | None = None
+        self.read_deadline = read_deadline
+        self.write_deadline = write_deadline
+        # The request in its worker thread: (its future, when it was sent, what it does).
+        self._running: tuple[asyncio.Future[list[NlMsg]], float, str] | None = None
 
     def close(self) -> None:
         self._nl.close()
 
-    async def _send(self, build: Callable[[int, int], bytes], family: int) -> list[NlMsg]:
-        """A request built by the codec (for ``family``), sent with the transport's
-        sequence numbers and acks."""
+    async def _send(
+        self, build: Callable[[int, int], bytes], family: int, what: str = "a read"
+    ) -> list[NlMsg]:
+        """A request built by the codec (for ``family``), sent in a worker thread with
+        the transport's sequence numbers and acks, waited for up to its deadline."""
+        running = self._running
+        if running is not None and not running[0].done():
+            since = time.monotonic() - running[1]
+            raise NetlinkFailure(
+                errno.EBUSY,
+                f"an earlier devlink request ({running[2]}) has not returned after "
+                f"{since:.0f} s; nothing is sent until it does",
+            )
         [msg] = split_messages(build(family, 0))
-        return await self._nl.request(msg.type, msg.flags & NLM_F_DUMP, msg.data)
+        task = asyncio.ensure_future(
+            asyncio.to_thread(
+                self._nl.request_blocking, msg.type, msg.flags & NLM_F_DUMP, msg.data, REPLY_WAIT
+            )
+        )
+        task.add_done_callback(_retrieve)
+        started = time.monotonic()
+        self._running = (task, started, what)
+        writing = what != "a read"
+        deadline = self.write_deadline if writing else self.read_deadline
+        while True:
+            left = deadline - (time.monotonic() - started)
+            if left <= 0:
+                raise NetlinkFailure(
+                    errno.ETIMEDOUT,
+                    f"devlink did not answer within {deadline:g} s (another process's "
+                    "eSwitch change holds the device?); the kernel may still complete it",
+                )
+            done, _ = await asyncio.wait({task}, timeout=min(PROGRESS_EVERY, left))
+            if done:
+                return task.result()
+            if writing:
+                log.info("%s still in progress after %.0f s", what, time.monotonic() - started)
 
     async def _family_id(self) -> int:
         if self._family == 0:  # asked before: devlink is built in or not at all
@@ -85,9 +144,12 @@ class Devlink:
             self._family = family
         return self._family
 
-    async def _ask(self, op: str, target: str, build: Callable[[int, int], bytes]) -> list[NlMsg]:
+    async def _ask(
+        self, op: str, target: str, build: Callable[[int, int], bytes], *, write: bool = False
+    ) -> list[NlMsg]:
         try:
-            return await self._send(build, await self._family_id())
+            family = await self._family_id()
+            return await self._send(build, family, f"{op} {target}" if write else "a read")
         except (NetlinkFailure, OSError) as exc:
             code = exc.errno if exc.errno is not None else errno.EIO
             detail = exc.message if isinstance(exc, NetlinkFailure) else ""
@@ -127,6 +189,7 @@ class Devlink:
                 "set the eSwitch",
                 f"{bus}/{dev}",
                 lambda f, s: eswitch_set_request(f, s, bus, dev, mode, inline_mode, encap_mode),
+                write=True,
             )
         finally:
             self._nl.close()
@@ -174,3 +237,10 @@ class Devlink:
             if p.flavour == "pcivf" and p.vf_number is not None and p.netdev
         }
         return PfSeen(eswitch, reps)
+
+
+def _retrieve(task: asyncio.Future[list[NlMsg]]) -> None:
+    """A request left past its deadline ends unseen: its failure is not an error here
+    (the next observation shows what the kernel did)."""
+    if not task.cancelled():
+        task.exception()

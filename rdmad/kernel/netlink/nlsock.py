@@ -5,7 +5,9 @@ that one does not give: a socket opened inside a named network namespace without
 forking, an ENOBUFS that is reported (link events then resync) instead of marking the
 whole object dead, and replies matched by sequence number so a cancelled request cannot
 confuse the next. Everything is asyncio-native: a non-blocking socket read with
-``loop.add_reader`` (no thread, no polling).
+``loop.add_reader`` (no thread, no polling); except ``request_blocking``, for the
+generic netlink requests the kernel runs inside the sender's sendmsg (devlink), which
+run in a worker thread so that the event loop never waits on them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import select
 import socket
 import struct
 import threading
@@ -184,21 +187,52 @@ class NetlinkTransport:
             if data is None:
                 await readable(sock)
                 continue
-            for msg in split_messages(data):
-                if msg.seq != seq:
-                    continue  # late reply to a cancelled request
-                if msg.type == NLMSG_ERROR:
-                    code, text = parse_error(msg)
-                    if code:
-                        raise NetlinkFailure(code, text)
-                    return replies
-                if msg.type == NLMSG_DONE:
-                    code = -struct.unpack_from("=i", msg.data, 0)[0] if msg.data else 0
-                    if code:
-                        raise NetlinkFailure(code, "dump failed")
-                    if msg.flags & NLM_F_DUMP_INTR:
-                        raise NetlinkFailure(errno.EINTR, "dump interrupted by a change")
-                    return replies
-                replies.append(msg)
-                if not msg.flags & NLM_F_MULTI:
-                    return replies
+            if _take(data, seq, replies):
+                return replies
+
+    def request_blocking(
+        self, mtype: int, flags: int, payload: bytes, reply_wait: float
+    ) -> list[NlMsg]:
+        """``request`` for a worker thread, never the event loop, and never beside a
+        ``request`` on the same transport. The kernel runs a generic netlink request
+        inside the sender's sendmsg (a devlink eSwitch mode change: seconds), so the
+        send is what blocks; the replies are then read, each waited for at most
+        ``reply_wait`` seconds."""
+        sock = self.get_socket()
+        seq = self.next_seq()
+        flags |= NLM_F_REQUEST if flags & NLM_F_DUMP else NLM_F_REQUEST | NLM_F_ACK
+        sock.send(pack_message(mtype, flags, seq, payload))
+        replies: list[NlMsg] = []
+        while True:
+            data = recv_nowait(sock, self._buf)
+            if data is None:
+                ready, _, _ = select.select([sock], [], [], reply_wait)
+                if not ready:
+                    raise NetlinkFailure(errno.ETIMEDOUT, f"no reply within {reply_wait:g} s")
+                continue
+            if _take(data, seq, replies):
+                return replies
+
+
+def _take(data: bytes, seq: int, replies: list[NlMsg]) -> bool:
+    """Add a datagram's replies to ``seq`` to ``replies``; True once the request is
+    answered (its ack or the dump's end), NetlinkFailure when it failed."""
+    for msg in split_messages(data):
+        if msg.seq != seq:
+            continue  # late reply to a cancelled request
+        if msg.type == NLMSG_ERROR:
+            code, text = parse_error(msg)
+            if code:
+                raise NetlinkFailure(code, text)
+            return True
+        if msg.type == NLMSG_DONE:
+            code = -struct.unpack_from("=i", msg.data, 0)[0] if msg.data else 0
+            if code:
+                raise NetlinkFailure(code, "dump failed")
+            if msg.flags & NLM_F_DUMP_INTR:
+                raise NetlinkFailure(errno.EINTR, "dump interrupted by a change")
+            return True
+        replies.append(msg)
+        if not msg.flags & NLM_F_MULTI:
+            return True  # a single answer (its ack, if any, is dropped by seq later)
+    return False
