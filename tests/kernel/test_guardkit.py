@@ -118,3 +118,89 @@ def test_a_new_rdmad_makes_a_new_copy_and_removes_the_old(
     assert len(second) == 1 and second != first
     assert f"kit={base / next(iter(second))}" in Path(hook).read_text()
     assert not list(base.glob(".*.tmp"))
+
+
+# --- nothing in the kit's directory is trusted as found (issue #59) ----------------------------
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_directory_others_can_write_is_refused_naming_it(
+    tmp_path: Path, stub_modprobe: Path, mode: int
+) -> None:
+    base = tmp_path / "guard"
+    base.mkdir()
+    base.chmod(mode)
+    with pytest.raises(guardkit.UnsafeKit, match=rf"{base} is writable by its group or by all"):
+        guardkit.install(base, str(stub_modprobe))
+    assert list(base.iterdir()) == []  # nothing written
+
+
+def test_a_parent_others_own_or_can_write_is_refused(tmp_path: Path, stub_modprobe: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a directory's owner needs root")
+    parent = tmp_path / "shared"
+    base = parent / "guard"
+    base.mkdir(parents=True)
+    os.chown(parent, 65534, 65534)  # nobody's: nobody could swap guard/ for their own
+    with pytest.raises(guardkit.UnsafeKit, match=rf"{parent} belongs to uid 65534, not root"):
+        guardkit.install(base, str(stub_modprobe))
+    os.chown(parent, 0, 0)
+    parent.chmod(0o1777)  # sticky, like /tmp: others cannot replace guard/
+    guardkit.install(base, str(stub_modprobe))
+    parent.chmod(0o777)  # not sticky: they could
+    with pytest.raises(guardkit.UnsafeKit, match=rf"{parent} is writable"):
+        guardkit.install(base, str(stub_modprobe))
+
+
+def _kit(base: Path) -> Path:
+    [kit] = base.glob("rdmad-*")
+    return kit
+
+
+def test_a_changed_or_damaged_copy_is_made_again_at_start(
+    tmp_path: Path, stub_modprobe: Path
+) -> None:
+    base = tmp_path / "guard"
+    guardkit.install(base, str(stub_modprobe))
+    kit = _kit(base)
+    decide = kit / "rdmad" / "guard" / "decide.py"
+    good = decide.read_text()
+    decide.write_text("raise SystemExit(0)  # allow everything\n")
+    (kit / "rdmad" / "text.py").unlink()
+    guardkit.install(base, str(stub_modprobe))
+    assert _kit(base) == kit
+    assert decide.read_text() == good
+    assert (kit / "rdmad" / "text.py").is_file()
+    (kit / "guard.py").write_text("import os; os.system('touch /tmp/owned')\n")
+    guardkit.install(base, str(stub_modprobe))
+    assert (kit / "guard.py").read_text() == guardkit.ENTRY
+
+
+def test_a_symlink_in_place_of_the_copy_is_not_followed(
+    tmp_path: Path, stub_modprobe: Path
+) -> None:
+    base = tmp_path / "guard"
+    base.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("mine")
+    (base / guardkit.kit_name()).symlink_to(elsewhere)
+    guardkit.install(base, str(stub_modprobe))
+    kit = base / guardkit.kit_name()
+    assert kit.is_dir() and not kit.is_symlink()
+    assert [p.name for p in elsewhere.iterdir()] == ["keep"]  # untouched
+
+
+def test_a_copy_broken_after_the_start_lets_the_unload_go_ahead_saying_so(
+    tmp_path: Path, stub_modprobe: Path
+) -> None:
+    if shutil.which("python3") is None:
+        pytest.skip("no python3 on this machine's PATH")  # Debian always has one
+    hook = guardkit.install(tmp_path / "guard", str(stub_modprobe))
+    (_kit(tmp_path / "guard") / "rdmad" / "text.py").unlink()  # a module deleted meanwhile
+    proc = subprocess.run(
+        [hook, "remove", "igb"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "its copy is broken (ModuleNotFoundError" in proc.stderr
+    assert _calls(stub_modprobe) == ["-r --ignore-remove igb"]
