@@ -12,7 +12,8 @@ runs there. Each read back from the kernel:
 * rdmad stopped (SIGTERM: the pod deleted): the hook file is gone, unloads are plain;
 * rdmad killed (a crashed pod): the hook stays and still refuses while a VF is held;
 * the copy deleted (a wiped host directory): the unload goes ahead, and the journal
-  says the guard could not judge it.
+  says the guard could not judge it;
+* a kit directory anyone can write: rdmad does not start, says why, writes no hook.
 """
 
 from __future__ import annotations
@@ -132,3 +133,17 @@ def test_guard_from_a_container_judges_on_a_host_without_the_package(
     assert not g.module_loaded("igb")
     logged = g.check("journalctl -b -t rdmad-guard --no-pager -o cat", timeout=60)
     assert "cannot judge 'modprobe -r igb' (its copy" in logged + words, logged + words
+
+
+def test_a_kit_directory_others_can_write_is_refused(container_guest: Guest) -> None:
+    """Root's modprobe would run what is in the kit: a directory anyone can write is
+    refused (rdmad does not start, the journal says why) and no hook points at it."""
+    g = container_guest
+    g.check(f"mkdir -p {KIT} && chmod 0777 {KIT}")
+    unit = start_container(g)
+    g.wait_for(f"! systemctl is-active -q {unit}", 300)
+    logged = g.check(f"journalctl -b -u {unit} --no-pager -o cat", timeout=60)
+    assert "guard_kit.failed" in logged, logged
+    assert f"{KIT} is writable by its group or by all (mode 0777)" in logged, logged
+    assert g.run(f"test -e {HOOK}").rc != 0
+    assert g.check(f"ls -A {KIT}").strip() == ""  # nothing copied into it
