@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
@@ -279,7 +278,7 @@ def _load_config(location: Path) -> config.LoadedConfig:
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
-    if opts.guard_kit is not None and not _install_guard_kit(opts.guard_kit):
+    if opts.guard_kit is not None and not _install_guard_kit(opts.guard_kit, opts.dry_run):
         return EXIT_FAIL
     gate = services.ReadyGate(SdNotifier())
     clock = SystemClock()
@@ -330,18 +329,26 @@ async def serve(opts: RunOptions) -> int:
     return EXIT_OK
 
 
-def _install_guard_kit(directory: Path) -> bool:
+def _install_guard_kit(directory: Path, dry_run: bool) -> bool:
     """The guard's host copy, before any hook names it; False (logged): rdmad must not
-    run, since the hooks it would write could not run on the host."""
+    run, since the hooks it would write could not run on the host. A dry run writes
+    nothing: its plan names the hook a real run would write."""
     from rdmad.kernel import guardhook, guardkit
 
+    if dry_run:
+        hook = guardkit.hook_path(directory)
+        guardhook.use_command(guardkit.hook_command(hook))
+        log.info(
+            "guard_kit.not_written", hook=hook, command=guardhook.guard_command(), why="dry run"
+        )
+        return True
     try:
         hook = guardkit.install(directory, guardhook.MODPROBE)
     except OSError as exc:
         log.error("guard_kit.failed", directory=str(directory), error=str(exc))
         return False
-    guardhook.use_command(shlex.quote(hook))
-    log.info("guard_kit.installed", hook=hook)
+    guardhook.use_command(guardkit.hook_command(hook))
+    log.info("guard_kit.installed", hook=hook, command=guardhook.guard_command())
     return True
 
 

@@ -17,10 +17,12 @@ modprobe runs the command with /bin/sh. It is the interpreter rdmad itself runs 
 it needs no $PATH, which modprobe's callers do not always have. ``-I`` keeps the
 caller's environment (PYTHONPATH, user site) out of a root process. Where rdmad runs
 in a container, the command is the host copy of the guard instead
-(``rdmad.kernel.guardkit``, set with ``use_command``). Either way the line first tests
-that the command's program is there: a guard that is gone (the package removed under a
-stale file, the interpreter removed by a distribution upgrade, a container's copy
-deleted) cannot judge, and the unload goes ahead instead of failing every `modprobe -r`.
+(``rdmad.kernel.guardkit``, set with ``use_command``), run as ``/bin/sh DIR/hook``: a
+script on a ``noexec`` mount would fail with 126, refusing every `modprobe -r`. Either
+way the line first tests that the file the command needs is there (``needed_file``): a
+guard that is gone (the package removed under a stale file, the interpreter removed by
+a distribution upgrade, a container's copy deleted) cannot judge, and the unload goes
+ahead instead of failing every `modprobe -r`.
 What cannot be guarded this way (`rmmod`, a sysfs unbind) is said in the README.
 
 Standard library only (the guard reads this file to know what a stack stop checks).
@@ -65,12 +67,19 @@ def guard_command() -> str:
     return f"{shlex.quote(sys.executable)} -I -m rdmad.guard"
 
 
+def needed_file(command: str) -> str:
+    """The file the guard command cannot run without: its last absolute path (the
+    interpreter of ``python3 -I -m rdmad.guard``, the script of ``/bin/sh DIR/hook``)."""
+    words = shlex.split(command)
+    return next((w for w in reversed(words) if w.startswith("/")), words[0])
+
+
 def render(modules: list[str] | tuple[str, ...], command: str) -> str:
     lines = [HEADER]
     for module in sorted(set(modules)):
         if not _MODULE.match(module):
             raise ValueError(f"not a module name: {module!r}")
-        program = shlex.quote(shlex.split(command)[0])
+        program = shlex.quote(needed_file(command))
         unguarded = f"{MODPROBE} -r --ignore-remove {module}"
         lines.append(
             f"remove {module} [ -e {program} ] || exec {unguarded}; "

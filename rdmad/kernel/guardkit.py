@@ -186,6 +186,17 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def hook_command(hook: str) -> str:
+    """What the modprobe.d lines run: the hook through /bin/sh, never exec'd itself (a
+    host directory mounted noexec would make every `modprobe -r` fail with 126)."""
+    return f"/bin/sh {shlex.quote(hook)}"
+
+
+def hook_path(directory: str | os.PathLike[str]) -> str:
+    """The hook script ``install`` writes in ``directory`` (what the hook lines run)."""
+    return str(Path(directory) / HOOK)
+
+
 def install(directory: str | os.PathLike[str], modprobe: str, package: Path = PACKAGE) -> str:
     """Copy the guard into ``directory`` (again when the copy there differs) and write
     its hook script; return the hook's path, the command the modprobe.d lines run.
@@ -212,7 +223,7 @@ def install(directory: str | os.PathLike[str], modprobe: str, package: Path = PA
         modprobe=shlex.quote(modprobe),
         broken=GUARD_BROKEN,
     )
-    hook = base / HOOK
+    hook = Path(hook_path(base))
     write_atomic(hook, script.encode(), mode=0o755)
     for old in base.glob(f"{PREFIX}*"):  # copies of other rdmad versions (images)
         if old != kit:

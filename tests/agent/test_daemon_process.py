@@ -273,3 +273,31 @@ def test_guard_kit_that_cannot_be_written_stops_rdmad_before_any_hook(
     )
     assert proc.returncode == 1
     assert "guard_kit.failed" in proc.stdout + proc.stderr
+
+
+def test_a_dry_run_writes_no_guard_kit(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
+) -> None:
+    """`rdmad run --dry-run --guard-kit DIR` changes nothing: no copy, no hook script, no
+    older copy removed (it may be the running image's)."""
+    cfg, sd, env = daemon_env
+    kit = tmp_path / "guard"
+    older = kit / "rdmad-0.0.1-000000000000"
+    older.mkdir(parents=True)
+    proc = launch(
+        tmp_path, env, "--config", str(cfg), "--guard-kit", str(kit), "--dry-run",
+        "--log-format", "json",
+    )  # fmt: skip
+    try:
+        sd.expect("READY=1")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert [p.name for p in kit.iterdir()] == [older.name]
+    events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
+    [said] = [e for e in events if e.get("event") == "guard_kit.not_written"]
+    assert said["hook"] == str(kit / "hook")
+    assert said["command"] == f"/bin/sh {kit / 'hook'}"  # never exec'd: noexec mounts

@@ -204,3 +204,30 @@ def test_a_copy_broken_after_the_start_lets_the_unload_go_ahead_saying_so(
     assert proc.returncode == 0, proc.stderr
     assert "its copy is broken (ModuleNotFoundError" in proc.stderr
     assert _calls(stub_modprobe) == ["-r --ignore-remove igb"]
+
+
+def test_the_file_a_hook_line_tests_is_the_one_its_command_needs() -> None:
+    assert guardhook.needed_file("/usr/lib/rdmad/bin/python3 -I -m rdmad.guard") == (
+        "/usr/lib/rdmad/bin/python3"
+    )
+    assert guardhook.needed_file(guardkit.hook_command("/var/lib/rdmad/guard/hook")) == (
+        "/var/lib/rdmad/guard/hook"
+    )
+
+
+def test_a_kit_on_a_noexec_mount_still_judges(tmp_path: Path, stub_modprobe: Path) -> None:
+    """The hook script without its exec bit (what `noexec` makes of it): the line runs it
+    through /bin/sh, so the guard judges instead of every `modprobe -r` failing with 126."""
+    if shutil.which("python3") is None:
+        pytest.skip("no python3 on this machine's PATH")  # Debian always has one
+    hook = guardkit.install(tmp_path / "guard", str(stub_modprobe))
+    Path(hook).chmod(0o644)
+    line = guardhook.render(["rdmadnosuch0"], guardkit.hook_command(hook)).splitlines()[-1]
+    proc = subprocess.run(
+        ["sh", "-c", line.split(" ", 2)[2]], capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 126 and "Permission denied" not in proc.stderr, proc.stderr
+    # The guard judged (nothing of that name is loaded: allowed) and ran the unload,
+    # whose own answer this is; this machine has no such module.
+    assert proc.stderr == "modprobe: FATAL: Module rdmadnosuch0 not found.\n", proc.stderr

@@ -82,7 +82,7 @@ def test_guard_from_a_container_judges_on_a_host_without_the_package(
     g = container_guest
     pf = g.igb_pf()
     unit = start_container(g)
-    g.wait_for(f"grep -q '^remove igb .*exec {KIT}/hook remove igb$' {HOOK}", 300)
+    g.wait_for(f"grep -q '^remove igb .*exec /bin/sh {KIT}/hook remove igb$' {HOOK}", 300)
     g.wait_for(f"[ $(cat /sys/bus/pci/devices/{pf}/sriov_numvfs) = 2 ]", 180)
     hide_package_on_host(g)
 
