@@ -238,6 +238,28 @@ def test_unlistable_rdma_devices_make_every_vf_unknown_in_the_observation(
 
 
 @pytest.mark.parametrize("code", ERRNOS)
+@pytest.mark.parametrize("unlisted", [PCI_DEVICES, "sys/class/infiniband"])
+def test_an_unlisted_device_class_is_not_nothing_to_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, unlisted: str
+) -> None:
+    """A node whose only RDMA link (read over RDMA netlink) is held by a verbs user: with
+    the PCI devices or the RDMA devices unlisted, /proc is still read (an rxe link held
+    must not read free) and the failure is said."""
+    fs = FakeSysfs(tmp_path)
+    fs.pci("0000:00:03.0", "virtio-pci")
+    fs.netdev("eth0", None, "52:54:00:00:00:01")
+    fs.ib_device("rxe0", None, "52:54:00:ff:fe:00:00:01", netdev="eth0")
+    fs.process(4321, "ib_write_bw", fs.uverbs(0, "rxe0"))
+    link = RdmaLinkObserved(name="rxe0", driver="rxe", netdev="eth0")
+    FailAt(monkeypatch, tmp_path).fail(unlisted, code)
+    observed = observe(Sysfs(tmp_path), rdma=[link])
+    [seen] = observed.rdma_links
+    assert seen.usage.state is Use.IN_USE, seen.usage
+    assert "pid 4321 (ib_write_bw)" in seen.usage.describe()
+    assert f"cannot list /{unlisted}: {words(code)}" in observed.notes
+
+
+@pytest.mark.parametrize("code", ERRNOS)
 def test_unlistable_vfs_of_a_pf_are_unknown_and_block_numvfs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:

@@ -26,7 +26,7 @@ from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import CLASS_NET, Sysfs
+from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
@@ -73,7 +73,7 @@ def observe(
     """
     notes: list[str] = []
     netdevs = _netdevs(sysfs, links)
-    has_devices = bool(sysfs.sriov_pfs() or sysfs.ib_devices())
+    has_devices = _may_hold_something(sysfs, notes)
     # Walking /proc is the costliest read; skip it when nothing could be held.
     files = OpenFiles.scan(sysfs) if has_devices else OpenFiles()
     libvirt = Libvirt.scan(sysfs) if has_devices else Libvirt()
@@ -365,3 +365,16 @@ def _pause(sysfs: Sysfs, now: float | None) -> tuple[PauseObserved | None, Pause
     """(the pause in force, the last pause written, also when over): one read."""
     record = read_pause_record(sysfs, time.time() if now is None else now)
     return (record if record is not None and record.ended_why is None else None), record
+
+
+def _may_hold_something(sysfs: Sysfs, notes: list[str]) -> bool:
+    """Whether this node has anything a process or a VM could hold (an SR-IOV PF, an
+    RDMA device): only then are /proc and libvirt read. A listing that fails is not
+    "nothing here": they are read (a held rxe link must not read free), and it is said."""
+    try:
+        sysfs.entries(PCI_DEVICES)
+        sysfs.entries(CLASS_IB, optional=True)
+    except Unreadable as exc:
+        notes.append(exc.reason)
+        return True
+    return bool(sysfs.sriov_pfs() or sysfs.ib_devices())
