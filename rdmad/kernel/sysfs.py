@@ -48,6 +48,8 @@ class PciFunction:
     # Reads of the above that failed (Unreadable reasons): who holds the function is
     # unknown, whatever the fields say.
     unreadable: tuple[str, ...] = ()
+    # sriov_drivers_autoprobe there but not readable (EIO...): unknown, not "none".
+    autoprobe_unread: str | None = None
 
 
 class Sysfs(SysfsFiles):
@@ -94,8 +96,13 @@ class Sysfs(SysfsFiles):
         # A VF has no SR-IOV capability, so no sriov_* files: not opening them is
         # 3 of a VF's ~8 opens, and observe() reads every VF twice per pass.
         autoprobe = numvfs = totalvfs = None
+        autoprobe_unread = None
         if physfn is None:
-            autoprobe = self.read_int(f"{base}/sriov_drivers_autoprobe")
+            try:
+                text = self.read_known(f"{base}/sriov_drivers_autoprobe")
+                autoprobe = int(text) if text is not None and text.isdigit() else None
+            except Unreadable as exc:
+                autoprobe_unread = exc.reason
             numvfs = self.read_int(f"{base}/sriov_numvfs")
             totalvfs = self.read_int(f"{base}/sriov_totalvfs")
         if totalvfs is None and self.is_netdevsim(pci) and self.exists(f"{base}/sriov_numvfs"):
@@ -112,6 +119,7 @@ class Sysfs(SysfsFiles):
             iommu_group=link(f"{base}/iommu_group"),
             physfn=physfn,
             unreadable=tuple(unreadable),
+            autoprobe_unread=autoprobe_unread,
         )
 
     def sriov_pfs(self) -> list[str]:

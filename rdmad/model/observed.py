@@ -121,6 +121,7 @@ class PfObserved:
     numvfs: int
     totalvfs: int
     drivers_autoprobe: bool | None = True  # None: no sriov_drivers_autoprobe (netdevsim)
+    autoprobe_unread: str | None = None  # the file is there but could not be read: unknown
     operstate_up: bool | None = None
     vfs: tuple[VfObserved, ...] = ()
     # Why VF settings are None, when they are (truncated list, netlink not read...).

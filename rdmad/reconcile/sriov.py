@@ -123,6 +123,8 @@ def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
     """sriov_drivers_autoprobe as declared. It changes nothing for VFs that exist (they
     keep their driver), so it is never held back by one in use."""
     want = spec.autoprobe
+    if want is not None and pf.autoprobe_unread is not None:
+        return [Blocked(obj, f"sriov_drivers_autoprobe is unknown: {pf.autoprobe_unread}")]
     if want is None or want == pf.drivers_autoprobe:
         return []
     if pf.drivers_autoprobe is None:
@@ -134,6 +136,16 @@ def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
 def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:
     actions = _numvfs_steps(obj, spec, pf)
     creates = any(isinstance(a, SetNumVfs) and a.new > 0 for a in actions)
+    if creates and spec.autoprobe is not None and pf.autoprobe_unread is not None:
+        # VFs made before autoprobe is known to be as declared may be bound by the PF
+        # driver's VF driver first: what declaring it is meant to prevent.
+        return [
+            Blocked(
+                obj,
+                f"numvfs {pf.numvfs} -> {spec.numvfs} waits until sriov_drivers_autoprobe "
+                "can be read",
+            )
+        ]
     if creates:
         actions.extend(_new_vf_settings(obj, spec, pf, state))
     if creates and pf.driver in PF_UP_DRIVERS and pf.operstate_up is False and pf.netdev:

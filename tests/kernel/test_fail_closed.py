@@ -260,6 +260,24 @@ def test_an_unlisted_device_class_is_not_nothing_to_hold(
 
 
 @pytest.mark.parametrize("code", ERRNOS)
+def test_an_unreadable_autoprobe_is_unknown_not_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    fs = FakeSysfs(tmp_path)
+    fs.pf(PF, "igb", totalvfs=7, numvfs=0)
+    fs.write(f"sys/devices/pci0000:00/{PF}/sriov_drivers_autoprobe", "1")
+    assert observe(Sysfs(tmp_path)).pfs[0].drivers_autoprobe is True  # control
+    FailAt(monkeypatch, tmp_path).fail(f"{PCI_DEVICES}/{PF}/sriov_drivers_autoprobe", code, "open")
+    [pf] = observe(Sysfs(tmp_path)).pfs
+    assert pf.autoprobe_unread == (
+        f"cannot read /{PCI_DEVICES}/{PF}/sriov_drivers_autoprobe: {words(code)}"
+    )
+    declared = validate(Desired, {"sriov": [{"pf": {"pci": PF}, "numvfs": 2, "autoprobe": False}]})
+    actions = plan(declared, observe(Sysfs(tmp_path)), PlanState())
+    assert not any(isinstance(a, SetNumVfs) for a in actions), actions
+
+
+@pytest.mark.parametrize("code", ERRNOS)
 def test_unlistable_vfs_of_a_pf_are_unknown_and_block_numvfs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:

@@ -1,7 +1,7 @@
 """plan() for [[sriov]] autoprobe: sriov_drivers_autoprobe written before the VFs are
 made (it decides whether a driver takes them), never held back by a VF in use (VFs
-that exist keep their driver), refused where the PF has no such file; status and
-snapshot."""
+that exist keep their driver), refused where the PF has no such file, unknown (and the
+VFs held back) where it cannot be read; status and snapshot."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail import describe
 from rdmad.snapshot import snapshot
-from tests.unit.test_reconcile import PF, node, pf
+from tests.unit.test_reconcile import HELD, PF, node, pf
 
 
 def desired(numvfs: int, autoprobe: bool | None) -> Desired:
@@ -42,6 +42,27 @@ def test_a_pf_without_the_file_is_blocked_not_written() -> None:
     no_file = dataclasses.replace(pf(numvfs=4), drivers_autoprobe=None)
     (blocked,) = plan(desired(4, False), node(no_file), PlanState())
     assert isinstance(blocked, Blocked) and "no sriov_drivers_autoprobe" in blocked.reason
+
+
+def test_a_vf_in_use_never_holds_autoprobe_back() -> None:
+    # Autoprobe changes nothing for VFs that exist: written with a VM on VF 1.
+    held = pf(numvfs=4, usage={1: HELD})
+    assert held.vfs[1].usage.busy  # control: the VF is in use
+    [action] = plan(desired(4, False), node(held), PlanState())
+    assert isinstance(action, SetAutoprobe)
+
+
+def test_an_unreadable_autoprobe_holds_the_vfs_back() -> None:
+    # EIO is not "no such file": VFs made now might be bound by the PF's VF driver first.
+    unread = "cannot read /sys/bus/pci/devices/0000:3b:00.0/sriov_drivers_autoprobe: EIO"
+    p = dataclasses.replace(pf(numvfs=0), autoprobe_unread=unread)
+    actions = plan(desired(2, False), node(p), PlanState())
+    assert not any(isinstance(a, SetAutoprobe | SetNumVfs) for a in actions)
+    reasons = [a.reason for a in actions if isinstance(a, Blocked)]
+    assert f"sriov_drivers_autoprobe is unknown: {unread}" in reasons
+    assert "numvfs 0 -> 2 waits until sriov_drivers_autoprobe can be read" in reasons
+    # Not declared: the file is not this object's business.
+    assert [type(a) for a in plan(desired(2, None), node(p), PlanState())][:1] == [SetNumVfs]
 
 
 def test_status_and_snapshot() -> None:

@@ -353,6 +353,7 @@ def _pf(
         numvfs=fn.numvfs or 0,
         totalvfs=fn.totalvfs or 0,
         drivers_autoprobe=fn.drivers_autoprobe,
+        autoprobe_unread=fn.autoprobe_unread,
         operstate_up=facts.up if facts else None,
         vfs=tuple(vfs),
         settings_note=settings_note,
