@@ -5,7 +5,9 @@ Each stream has its own bounded queue, filled by a store listener with
 that falls a queue's length behind is cut off (its connection aborted, so a
 writer stuck on its full socket returns too); the loop never waits for a
 reader. A ``: keepalive`` comment goes out when nothing else has for a while, so
-clients and proxies see a live stream.
+clients and proxies see a live stream. Streams are counted like connections
+(``admission.Slots``): a few per user, and some kept for root, so two read-group users
+cannot take every stream from an operator.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from rdmad.api import timeouts
+from rdmad.api.admission import Limits, Slots
 from rdmad.api.auth import PEER
 from rdmad.api.documents import status_event
 from rdmad.api.errors import ApiError
@@ -27,6 +30,7 @@ log = structlog.get_logger("rdmad.api")
 
 QUEUE_SIZE = 256
 MAX_STREAMS = 64
+STREAM_LIMITS = Limits(connections=MAX_STREAMS - 8, per_uid=16, root_reserved=8)
 KEEPALIVE_SECONDS = 15.0
 
 _END = object()  # put by close(): the stream ends
@@ -87,11 +91,11 @@ class EventStreams:
     def __init__(
         self,
         store: StatusView,
-        max_streams: int = MAX_STREAMS,
+        limits: Limits = STREAM_LIMITS,
         keepalive: float = KEEPALIVE_SECONDS,
     ) -> None:
         self._store = store
-        self._max = max_streams
+        self._slots = Slots(limits)
         self._keepalive = keepalive
         self._streams: set[_Stream] = set()
         self._closed = False
@@ -103,8 +107,12 @@ class EventStreams:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if self._closed:
             raise ApiError(503, "the daemon is stopping")
-        if len(self._streams) >= self._max:
-            raise ApiError(503, f"too many event streams ({self._max}); try again later")
+        peer = request.get(PEER)
+        uid = getattr(peer, "uid", None)
+        slot = self._slots.take(uid)
+        if slot is None:
+            why = self._slots.why_not(uid).replace("connections", "event streams")
+            raise ApiError(503, f"too many event streams: {why}; try again later")
         stream = _Stream(request)
         self._streams.add(stream)
         self._store.subscribe(stream.offer)
@@ -123,6 +131,7 @@ class EventStreams:
         finally:
             self._store.unsubscribe(stream.offer)
             self._streams.discard(stream)
+            self._slots.give_back(slot)
 
     async def _pump(self, stream: _Stream, resp: web.StreamResponse) -> None:
         while not stream.dropped:

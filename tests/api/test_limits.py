@@ -10,6 +10,8 @@ from typing import Any
 
 import aiohttp
 
+from rdmad.api.admission import Slots
+from rdmad.api.events import MAX_STREAMS, STREAM_LIMITS
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Trigger
 
@@ -172,3 +174,19 @@ async def test_at_most_64_event_streams(api: Api) -> None:
     await until(lambda: api.server.events.count == 0, "streams closed")
     async with api.session.get(api.url("/v1/events")) as resp:
         assert resp.status == 200
+
+
+def test_read_group_users_cannot_take_every_stream_from_root() -> None:
+    """The issue's case: two users of the read group open streams until refused; root
+    still gets one (the policy of EventStreams, whose 64-stream end is tested above)."""
+    slots = Slots(STREAM_LIMITS)
+    taken: dict[int, int] = {}
+    for uid in (1000, 1001):
+        taken[uid] = 0
+        while slots.take(uid) is not None:
+            taken[uid] += 1
+            assert taken[uid] <= MAX_STREAMS
+    assert taken == {1000: STREAM_LIMITS.per_uid, 1001: STREAM_LIMITS.per_uid}
+    assert "uid 1000 has 16 connections open" in slots.why_not(1000)
+    assert slots.take(0) is not None
+    assert STREAM_LIMITS.most == MAX_STREAMS
