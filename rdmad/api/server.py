@@ -6,9 +6,10 @@ Limits (docs/API.md): bodies up to 64 KiB, a request must arrive within
 ``request_timeout`` (aiohttp's keep-alive timer runs from the connection's start,
 so a client that sends half a request and stalls is cut off, and so is one that
 connects and sends nothing; a body that stalls gets 408), at most ``MAX_IN_FLIGHT``
-requests handled at once and 64 event streams (``events.STREAM_LIMITS``). A handler whose client goes away is
-cancelled (``handler_cancellation``). Connections are bounded per peer uid and in
-all, with slots kept for root (``admission``): root's status answers during a flood.
+requests handled at once and 64 event streams (``events.STREAM_LIMITS``). A handler
+whose client goes away is cancelled (``handler_cancellation``). Connections are bounded
+per peer uid and in all, with slots kept for root (``admission``): root's status
+answers during a flood.
 """
 
 from __future__ import annotations
