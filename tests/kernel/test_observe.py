@@ -8,7 +8,19 @@ from pathlib import Path
 from rdmad.kernel.apply.observe import observe, observe_changed
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import NetdevObserved, Observed, RdmaLinkObserved, Usage, Use, VfSettings
+from rdmad.model import (
+    Desired,
+    NetdevObserved,
+    NotServing,
+    Observed,
+    PlanState,
+    RdmaLinkObserved,
+    Usage,
+    Use,
+    VfSettings,
+)
+from rdmad.model.validation import validate
+from rdmad.reconcile import plan
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
 
 
@@ -94,6 +106,26 @@ def test_rxe_from_sysfs_and_no_rdma_netlink(tmp_path: Path) -> None:
     assert rxe.netdev_ifindex == obs.netdev("veth0").ifindex  # type: ignore[union-attr]
     assert not obs.rdma_netlink
     assert obs.pfs == ()
+
+
+def test_rxe_from_sysfs_carries_its_port_state_and_gids(tmp_path: Path) -> None:
+    """Read from sysfs (a pause, RDMA netlink failing), a DOWN rxe link with only its
+    link-local GID is judged as over netlink: not serving, not converged."""
+    fs = FakeSysfs(tmp_path)
+    fs.netdev("veth0", None, "02:00:00:00:00:0a")
+    fs.ib_device("rxe0", None, "00:00:00:00:00:00:00:01", netdev="veth0", link_layer="Ethernet")
+    base = "sys/devices/virtual/infiniband/rxe0/ports/1"
+    fs.write(f"{base}/state", "1: DOWN")
+    fs.write(f"{base}/gids/0", "fe80:0000:0000:0000:0000:00ff:fe00:000a")
+    fs.write(f"{base}/gids/1", "0000:0000:0000:0000:0000:0000:0000:0000")
+    obs = observe(Sysfs(tmp_path), rdma_users_unknown="RDMA netlink failed: EIO")
+    rxe = obs.rdma_link("rxe0")
+    assert rxe is not None and rxe.port_state == "DOWN"
+    assert rxe.gids == ("fe80:0000:0000:0000:0000:00ff:fe00:000a",)
+    desired = validate(Desired, {"rxe": [{"name": "rxe0", "netdev": {"name": "veth0"}}]})
+    actions = [a for a in plan(desired, obs, PlanState()) if a.obj == "rxe rxe0"]
+    assert [type(a) for a in actions] == [NotServing], actions
+    assert "DOWN" in actions[0].reason, actions
 
 
 def test_modules_disabled_and_no_module_support_are_noted(tmp_path: Path) -> None:

@@ -445,23 +445,28 @@ def _held(holders: list[str]) -> Usage:
 
 def rdma_links_from_sysfs(sysfs: Sysfs, files: OpenFiles) -> tuple[RdmaLinkObserved, ...]:
     """RDMA devices as sysfs shows them, with their uverbs holders (no kernel users: only
-    RDMA netlink knows those). Unreadable when the devices cannot be listed: a VF whose
-    netdev carries an rxe link is in use, so "no links" must not be guessed. No
+    RDMA netlink knows those) and, as over netlink, port 1's state and an rxe link's
+    GIDs (whether it can serve: a DOWN link, or one with no GID of an IP address, is
+    not converged on this path either). Unreadable when the devices cannot be listed: a
+    VF whose netdev carries an rxe link is in use, so "no links" must not be guessed. No
     infiniband class: ib_core is not loaded, there is no RDMA device."""
     out = []
     for dev in sysfs.entries(CLASS_IB, optional=True):
         ndevs = sysfs.ib_port_netdevs(dev)
         parent = sysfs.ib_attr(dev, "parent")
         netdev = parent or (ndevs[0] if ndevs else None)
+        driver = sysfs.ib_driver(dev)
         out.append(
             RdmaLinkObserved(
                 name=dev,
-                driver=sysfs.ib_driver(dev),
+                driver=driver,
                 netdev=netdev,
                 netdev_ifindex=sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
                 if netdev
                 else None,
                 usage=rdma_device_usage(sysfs, files, dev),
+                port_state=sysfs.ib_port_state(dev),
+                gids=sysfs.ib_gids(dev) if driver == "rxe" else None,
             )
         )
     return tuple(out)
