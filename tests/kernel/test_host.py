@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from rdmad.kernel.netlink.rtnl_codec import (
     LinkInfo,
 )
 from rdmad.kernel.netlink.vf_apply import VfChangeResult
+from rdmad.kernel.pause import write_pause
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import (
     Action,
@@ -591,6 +593,36 @@ async def test_add_and_delete_rxe(tree: Path) -> None:
     )
     assert deleted.outcome is Outcome.APPLIED and rdma.made == {}
     assert (deleted.writes[0].old, deleted.writes[0].new) == ("rxe on eth0", None)
+
+
+async def test_an_rxe_delete_under_a_verbs_user_since_the_plan_is_stale(tree: Path) -> None:
+    # The plan saw rxe0 free; a verbs job opened it since: the delete is not sent.
+    rdma = FakeRdma()
+    rdma.made = {"rxe0": "eth0"}
+    fs = FakeSysfs(tree)
+    fs.process(7777, "ib_write_bw", fs.uverbs(0, "rxe0"))
+    host = make_host(tree, rdma=rdma)
+    result = await host.apply(
+        DeleteRxe("rxe rxe0", "no longer declared", name="rxe0", netdev="eth0")
+    )
+    assert result.stale and "pid 7777 (ib_write_bw)" in result.note, result
+    assert rdma.made == {"rxe0": "eth0"} and not host.records
+
+
+async def test_a_guarded_stop_begun_since_the_plan_holds_what_would_bring_it_back(
+    tree: Path,
+) -> None:
+    # `modprobe -r rdma_rxe` paused rdmad after the plan to add rxe0: the add (which would
+    # load the module back) is dropped, not sent.
+    rdma = FakeRdma()
+    host = make_host(tree, rdma=rdma)
+    write_pause(
+        Sysfs(tree), by="rdmad-guard", reason="stack stop", seconds=60,
+        modules=["rdma_rxe"], now=time.time(),
+    )  # fmt: skip
+    result = await host.apply(AddRxe("rxe rxe0", "declared", name="rxe0", netdev="eth0"))
+    assert result.stale and "a guarded stop began" in result.note, result
+    assert rdma.made == {} and not host.records
 
 
 async def test_rxe_errors(tree: Path) -> None:

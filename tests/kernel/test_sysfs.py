@@ -9,6 +9,8 @@ import pytest
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs_files import SysfsFiles, Unreadable
+from tests.support.failinject import FailAt
 from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, mlx5_node
 
 
@@ -100,3 +102,25 @@ def test_rxe_port_state_and_gids(tmp_path: Path) -> None:
     (port / "gids" / "40").write_text("fd00:0000:0000:0000:0000:0000:0000:0001\n")
     assert sysfs.ib_gids("rxe0", limit=32) == (table[0], table[2])
     assert sysfs.ib_gids("mlx9") is None and sysfs.ib_port_state("mlx9") is None
+
+
+# --- reads a safety decision rests on (issue #59: nothing pinned these) -----------------------
+
+
+def test_a_missing_directory_is_unknown_unless_its_absence_means_none(tmp_path: Path) -> None:
+    files = SysfsFiles(tmp_path)
+    with pytest.raises(Unreadable, match="cannot list /proc"):
+        files.entries("proc")  # no /proc is not "no process"
+    assert files.entries("run/libvirt/qemu", optional=True) == []  # no libvirt: none
+
+
+def test_a_link_that_cannot_be_read_is_unknown_not_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = SysfsFiles(tmp_path)
+    assert files.link_known("sys/bus/pci/devices/0000:01:10.0/driver") is None  # not there
+    FailAt(monkeypatch, tmp_path).fail(
+        "sys/bus/pci/devices/0000:01:10.0/driver", errno.EACCES, "readlink"
+    )
+    with pytest.raises(Unreadable, match="Permission denied"):
+        files.link_known("sys/bus/pci/devices/0000:01:10.0/driver")
