@@ -279,14 +279,22 @@ def test_a_dry_run_writes_no_guard_kit(
     daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path
 ) -> None:
     """`rdmad run --dry-run --guard-kit DIR` changes nothing: no copy, no hook script, no
-    older copy removed (it may be the running image's)."""
+    older copy removed (it may be the running image's), and at its stop the node's hook
+    file (another rdmad's) stays."""
+    from tests.support.fakesysfs import mlx5_node
+
     cfg, sd, env = daemon_env
+    root = tmp_path / "node"
+    mlx5_node(root)
+    hook_file = root / "etc/modprobe.d/rdmad-guard.conf"
+    hook_file.parent.mkdir(parents=True)
+    hook_file.write_text("remove igb exec /bin/sh /var/lib/rdmad/guard/hook remove igb\n")
     kit = tmp_path / "guard"
     older = kit / "rdmad-0.0.1-000000000000"
     older.mkdir(parents=True)
     proc = launch(
-        tmp_path, env, "--config", str(cfg), "--guard-kit", str(kit), "--dry-run",
-        "--log-format", "json",
+        tmp_path, env, "--config", str(cfg), "--root", str(root), "--guard-kit", str(kit),
+        "--dry-run", "--log-format", "json",
     )  # fmt: skip
     try:
         sd.expect("READY=1")
@@ -297,6 +305,7 @@ def test_a_dry_run_writes_no_guard_kit(
             proc.kill()
             proc.wait(timeout=10)
     assert [p.name for p in kit.iterdir()] == [older.name]
+    assert hook_file.is_file()  # a dry run removes nothing either
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
     [said] = [e for e in events if e.get("event") == "guard_kit.not_written"]
     assert said["hook"] == str(kit / "hook")

@@ -421,6 +421,16 @@ def test_managed_rxe_on_wrong_netdev_recreated() -> None:
     assert [type(a) for a in actions] == [DeleteRxe, AddRxe]
 
 
+def test_managed_rxe_in_use_on_the_old_netdev_is_not_moved() -> None:
+    # Declared on another netdev now, but a verbs job holds it where it is: moving it
+    # would delete it under the job.
+    link = RdmaLinkObserved("rxe0", "rxe", "veth1", usage=HELD)
+    actions = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState(frozenset({"rxe0"})))
+    assert not any(isinstance(a, DeleteRxe | AddRxe) for a in actions)
+    [a] = actions
+    assert isinstance(a, Blocked) and f"in use: {HELD.holders[0]}" in a.reason
+
+
 def test_netdev_already_carries_other_rxe() -> None:
     link = RdmaLinkObserved("other", "rxe", "eth0")
     [a] = plan(desired(rxe=[RXE]), node(rdma=(link,)), PlanState())
