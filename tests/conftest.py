@@ -8,11 +8,15 @@ about the property; slowness is measured under bench/, not asserted here."""
 
 from hypothesis import settings
 
-from tests.support.required import pytest_make_collect_report, pytest_runtest_makereport
+from tests.support.required import (
+    pytest_configure,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+)
 
 settings.register_profile("rdmad", deadline=None)
 settings.load_profile("rdmad")
 
 pytest_plugins = ["pytester"]
 
-__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
+__all__ = ["pytest_configure", "pytest_make_collect_report", "pytest_runtest_makereport"]

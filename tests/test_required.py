@@ -106,6 +106,45 @@ def test_a_required_run_fails_every_skip(
     result.stdout.fnmatch_lines([f"*{name}={value}: a test module may not skip here, *nothing*"])
 
 
+XFAILS = """
+import pytest
+
+
+@pytest.mark.xfail(reason="maybe broken")
+def test_loose_and_failing():
+    assert False
+
+
+@pytest.mark.xfail(reason="maybe broken")
+def test_loose_and_passing():
+    pass
+
+
+@pytest.mark.xfail(reason="a known bug", strict=True)
+def test_strict_and_failing():
+    assert False
+"""
+
+
+def test_a_required_run_fails_a_loose_xfail_and_an_xpass(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite.makepyfile(test_skips="", test_xfails=XFAILS)
+    monkeypatch.setenv("RDMAD_TESTS_REQUIRED", "1")
+    result = suite.runpytest("-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"failed": 2, "xfailed": 1}
+    result.stdout.fnmatch_lines(
+        [
+            "*RDMAD_TESTS_REQUIRED=1: a non-strict xfail hides a pass as well as a failure*",
+            "*RDMAD_TESTS_REQUIRED=1: an expected failure passed (XPASS)*",
+        ],
+        consecutive=False,
+    )
+    monkeypatch.delenv("RDMAD_TESTS_REQUIRED")
+    result = suite.runpytest("-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"xfailed": 2, "xpassed": 1}
+
+
 def test_elsewhere_a_skip_is_a_skip(
     suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -97,9 +97,11 @@ if [ -f "$kit/guard.py" ]; then
 else
     why="its copy $kit is gone"
 fi
-# Nothing here can judge the unload: it goes ahead, and the journal says why.
+# Nothing here can judge the unload: it goes ahead, and the journal and whoever typed
+# the modprobe are told why.
 msg="rdmad-guard: cannot judge 'modprobe -r $2' ($why); unloading unguarded"
-logger -t rdmad-guard -p daemon.warning "$msg" 2>/dev/null || echo "$msg" >&2
+logger -t rdmad-guard -p daemon.warning "$msg" 2>/dev/null
+echo "$msg" >&2
 if [ "$1" = remove ] && [ -n "$2" ]; then
     exec {modprobe} -r --ignore-remove "$2"
 fi

@@ -60,6 +60,10 @@ def test_without_a_python_it_lets_the_unload_go_ahead_and_says_why(
     )
     assert proc.returncode == 0
     assert _calls(stub_modprobe) == ["-r --ignore-remove igb"]
+    assert proc.stderr.strip() == (
+        "rdmad-guard: cannot judge 'modprobe -r igb' (no python3 >= 99.0 on this host); "
+        "unloading unguarded"
+    )
 
 
 def test_with_the_copy_gone_it_lets_the_unload_go_ahead(

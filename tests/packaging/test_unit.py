@@ -17,16 +17,25 @@ DROPIN = REPO / "systemd" / "metrics-tcp.conf"
 
 
 def _service(text: str) -> dict[str, list[str]]:
-    """[Service] settings, every assignment of a key kept in order."""
+    """[Service] settings, every assignment of a key kept in order, read as systemd reads
+    them: spaces around the key and the value do not count, `;` starts a comment too."""
     settings: dict[str, list[str]] = {}
     section = ""
-    for line in text.splitlines():
+    for raw in text.splitlines():
+        line = raw.strip()
         if line.startswith("["):
-            section = line.strip()
-        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith(("#", ";")):
             key, _, value = line.partition("=")
-            settings.setdefault(key, []).append(value)
+            settings.setdefault(key.strip(), []).append(value.strip())
     return settings
+
+
+def test_the_unit_reader_reads_keys_as_systemd_does() -> None:
+    # `IPAddressDeny = any` is a setting to systemd: the forbidden-directive check below
+    # must see it (it did not, when the key kept its spaces).
+    s = _service("[Service]\nIPAddressDeny = any\n  Nice=-5\n; MemoryMax=1G\n")
+    assert s == {"IPAddressDeny": ["any"], "Nice": ["-5"]}
 
 
 def test_unit_is_hardened_as_declared() -> None:
