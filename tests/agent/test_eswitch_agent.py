@@ -1,13 +1,17 @@
 """The agent and [[sriov]] eswitch: an option the driver refuses as unsupported is
 reported and not sent again; a mode change refused while VFs exist (ice answers
-EOPNOTSUPP then) is a failure that is retried, never remembered as unsupported."""
+EOPNOTSUPP then) is a failure that is retried, never remembered as unsupported; a mode
+change is never sent while a VF or its representor is in use (the simulated kernel
+records the harm it would do)."""
 
 from __future__ import annotations
 
 import dataclasses
 import errno
 
-from rdmad.model import Action, Desired, EswitchObserved, SetEswitch
+import pytest
+
+from rdmad.model import Action, Desired, EswitchObserved, SetEswitch, Usage, Use
 from rdmad.model.validation import validate
 from tests.agent.conftest import FakeResult, FakeWrite, RigFactory
 from tests.agent.test_safety import PF, SimHost, igb_like
@@ -82,4 +86,29 @@ async def test_a_mode_change_refused_while_vfs_exist_is_retried_not_remembered(
     [report] = r.agent.status.current.objects
     assert report.state.value not in ("converged", "unsupported-by-driver"), report
     assert not host.kernel.hurt
+    await r.stop()
+
+
+@pytest.mark.parametrize("held", ["vf", "representor"])
+async def test_no_mode_change_under_a_vf_or_representor_in_use(rig: RigFactory, held: str) -> None:
+    kernel = node(2)
+    pf = kernel.observed.pfs[0]
+    user = Usage(Use.IN_USE, ("pid 77 (qemu-system-x86) holds /dev/vfio/12",))
+    if held == "vf":
+        vf1 = dataclasses.replace(pf.vfs[1], usage=user)
+    else:
+        user = Usage(Use.IN_USE, ("representor eth_rep1 is a port of ovs-system",))
+        vf1 = dataclasses.replace(pf.vfs[1], representor="eth_rep1", representor_usage=user)
+    pf = dataclasses.replace(pf, vfs=(pf.vfs[0], vf1))
+    kernel.observed = dataclasses.replace(kernel.observed, pfs=(pf,))
+    host = EswitchHost(kernel)
+    r = rig(declared(2), host=host, startup_timeout=1000.0)
+    await r.start()
+    await r.idle()
+    await r.advance(300.0, step=20.0)
+    await r.idle()
+    assert (-1, "mode", "switchdev") not in host.attempts, host.attempts
+    assert not host.kernel.hurt
+    [report] = r.agent.status.current.objects
+    assert report.state.value == "blocked" and user.holders[0] in report.message, report
     await r.stop()

@@ -69,7 +69,7 @@ class SimKernel:
                     for pf in o.pfs
                     if pf.pci == action.pci
                     for v in pf.vfs
-                    if v.usage.busy
+                    if v.vport_busy  # the VF's user, or its representor's
                 )
             self._replace_pf(action.pci, lambda pf: _eswitch(pf, action))
         elif isinstance(action, SetLinkUp):
@@ -166,7 +166,7 @@ class SimKernel:
             raise SimError(errno.ERANGE, f"{action.new} > {pf.totalvfs}")
         if pf.numvfs != 0 and action.new != 0:
             raise SimError(errno.EBUSY, f"{pf.pci} has {pf.numvfs} VFs")
-        self.hurt.extend(f"{pf.pci} VF {v.index}" for v in pf.vfs if v.usage.busy)
+        self.hurt.extend(f"{pf.pci} VF {v.index}" for v in pf.vfs if v.vport_busy)
         return dataclasses.replace(pf, numvfs=action.new, vfs=make_vfs(pf, action.new))
 
 
