@@ -119,6 +119,21 @@ def test_vm_vf_never_reads_free_when_proc_and_libvirt_cannot_be_listed(
 
 
 @pytest.mark.parametrize("code", ERRNOS)
+@pytest.mark.parametrize("link", ["driver", "iommu_group"])
+def test_an_unreadable_link_of_the_vf_makes_it_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, link: str
+) -> None:
+    """Which driver has the VF, which group QEMU would hold: readlink failing is not
+    "unbound" or "no group"."""
+    vm_node(tmp_path, qemu=False, libvirt=False)  # nothing else names a holder
+    assert vf_usage_of(tmp_path)[0] is Use.FREE  # control: free when it can be read
+    FailAt(monkeypatch, tmp_path).fail(f"{PCI_DEVICES}/{VF}/{link}", code, "readlink")
+    state, why = vf_usage_of(tmp_path)
+    assert state is Use.UNKNOWN
+    assert f"cannot read the link /{PCI_DEVICES}/{VF}/{link}: {words(code)}" in why
+
+
+@pytest.mark.parametrize("code", ERRNOS)
 def test_unlistable_proc_alone_makes_a_vfio_vf_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
