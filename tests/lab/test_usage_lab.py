@@ -10,6 +10,12 @@
 * A VF netdev moved into a namespace made by the test (`ip netns add`, `ip link set
   DEV netns NS`) with a process living in it: observe() reports the VF in use naming
   the namespace and the process, and `rdmad plan` blocks lowering numvfs.
+* A pod's VF as the SR-IOV CNI leaves it keeps its RDMA device in the host (mlx5,
+  RDMA netns mode shared). An igb VF has no RDMA device of its own, and an rxe link
+  on its netdev does not stay: moving the netdev out unregisters it (rxe drops its
+  device on NETDEV_UNREGISTER, which a namespace move sends), shown here. So that
+  shape is carried by the kernel layer's namespace test and the fake trees
+  (tests/kernel/test_usage.py), and here the VF still reads in use by its namespace.
 
 Kernel state is read back with iproute2 and sysfs, not with rdmad's own code.
 """
@@ -189,3 +195,27 @@ def test_vf_netdev_in_another_namespace_is_in_use_naming_it(guest: Guest) -> Non
         if unit is not None:
             g.stop_unit(unit)
         g.run(f"ip netns delete {NETNS}; rm -rf /tmp/usage", timeout=60)
+
+
+def test_an_rxe_link_does_not_follow_its_netdev_into_a_namespace(guest: Guest) -> None:
+    g = guest
+    pf = g.igb_pf()
+    assert g.set_numvfs(pf, 2).ok
+    vf1_pci = g.vf_bdfs(pf)[1]
+    vf1 = g.wait_vf_netdevs(pf, 2)[vf1_pci]
+    unit = None
+    try:
+        g.check(f"modprobe rdma_rxe && rdma link add labpod type rxe netdev {vf1}")
+        g.wait_for("rdma link show labpod/1 >/dev/null 2>&1", timeout=30)
+        g.check(f"ip netns add {NETNS} && ip link set {vf1} netns {NETNS}")
+        g.wait_for("! rdma link show labpod/1 >/dev/null 2>&1", timeout=60)
+        unit = g.start_unit("lab-pod", f"exec ip netns exec {NETNS} sleep 600")
+        pid = g.unit_pid(unit)
+        g.wait_for(f'[ "$(cat /proc/{pid}/comm)" = sleep ]', timeout=30)
+        vfs = observe_vfs(g, pf)
+        want = f"netdev {vf1} is in network namespace {NETNS!r} (pid {pid} (sleep))"
+        assert vfs["1"]["observed"] == ["in-use", [want]], vfs
+    finally:
+        if unit is not None:
+            g.stop_unit(unit)
+        g.run(f"ip netns delete {NETNS}", timeout=60)
