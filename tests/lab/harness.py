@@ -1370,7 +1370,8 @@ EXIT_GUEST_STOPPED = 3
 
 
 def lab_script_exit(main: Callable[[], int]) -> int:
-    """main()'s exit code, or EXIT_GUEST_STOPPED when its guest stopped answering or
+    """main()'s exit code, or EXIT_GUEST_STOPPED when its guest stopped answering, froze
+    under the emulator (in a command or in a boot: the kernel's RCU stall reports) or
     never finished a boot.
 
     For benchmarks: a guest the emulator froze says nothing about rdmad, and a
@@ -1382,6 +1383,9 @@ def lab_script_exit(main: Callable[[], int]) -> int:
     """
     try:
         return main()
+    except GuestFrozen as exc:
+        print(f"the guest froze under the emulator: {exc}", file=sys.stderr, flush=True)
+        return EXIT_GUEST_STOPPED
     except GuestAgentSilent as exc:
         print(f"the guest stopped answering: {exc}", file=sys.stderr, flush=True)
         return EXIT_GUEST_STOPPED

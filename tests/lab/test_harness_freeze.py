@@ -330,3 +330,35 @@ def test_a_failure_before_the_freeze_or_a_hang_is_not_rerun(
 ) -> None:
     outcomes, out = run_inner(pytester, case)
     assert outcomes.get("rerun", 0) == 0 and outcomes.get("failed", 0) == 1, out
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        harness.GuestFrozen("froze in a boot: rcu_preempt detected stalls"),
+        harness.GuestAgentSilent("no answer for 150 s"),
+        harness.GuestBootStuck("no boot-done marker"),
+    ],
+    ids=["frozen", "silent", "stuck-boot"],
+)
+def test_a_script_whose_guest_froze_or_stopped_exits_to_be_run_again(
+    error: Exception, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Benchmarks and the demo (lab_script_exit): a frozen or silent guest says nothing
+    about rdmad, so bench/run.py runs the script once more; a GuestFrozen from a boot
+    escaped this before and failed a CI run."""
+
+    def main() -> int:
+        raise error
+
+    assert harness.lab_script_exit(main) == harness.EXIT_GUEST_STOPPED
+    assert str(error) in capsys.readouterr().err
+
+
+def test_a_kernel_hang_in_a_script_is_a_finding() -> None:
+    def main() -> int:
+        raise harness.GuestKernelHang("soft lockup")
+
+    with pytest.raises(harness.GuestKernelHang):
+        harness.lab_script_exit(main)
+    assert harness.lab_script_exit(lambda: 0) == 0
