@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from rdmad.config.errors import ConfigError, ConfigInvalid
 from rdmad.config.files import DEFAULT_DIR, discover, display, read_all, read_document
+from rdmad.config.lines import with_lines
 from rdmad.config.merge import Merger
 from rdmad.config.validation import parse
 from rdmad.model import ApiSpec, DaemonSpec, Desired, MetricsSpec
@@ -62,7 +63,7 @@ def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
     desired, more = parse(docs)
     errors.extend(more)
     if errors or desired is None:
-        raise ConfigInvalid(errors)
+        raise ConfigInvalid(with_lines(errors))
     return LoadedConfig(desired, tuple(display(p) for p in files))
 
 
@@ -158,7 +159,8 @@ def effective(location: Path = DEFAULT_DIR) -> Effective:
     for loc, value in _leaves(merger.merged, ()):
         file, file_key = merger.origin(loc)
         values.append(ValueOrigin(render(loc), value, file, file_key))
-    return Effective(merger.merged, tuple(values), tuple(display(p) for p in files), tuple(errors))
+    shown = tuple(display(p) for p in files)
+    return Effective(merger.merged, tuple(values), shown, tuple(with_lines(errors)))
 
 
 def _leaves(value: Any, loc: Loc) -> Iterable[tuple[Loc, Any]]:

@@ -16,9 +16,11 @@ class ConfigError:
     file: str
     path: str
     message: str
+    line: int | None = None  # where the key is in the file, when it can be told (lines.py)
 
     def __str__(self) -> str:
-        where = f"{self.file}: {self.path}" if self.path else self.file
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        where = f"{where}: {self.path}" if self.path else where
         return f"{where}: {self.message}"
 
 

@@ -87,12 +87,15 @@ class Merger:
             (n for n, o in enumerate(objects) if identity and _identity(section, o) == identity),
             None,
         )
-        if index is not None and section == "rxe" and isinstance(item, dict):
-            self._seen_in_file(file, (section, index), (section, i), f"rxe {item['name']!r}")
+        if index is not None and isinstance(item, dict) and identity:
+            # Within one file a second declaration of an object is a mistake (which one
+            # wins?), not an override: the same rule for an rxe link and a PF.
+            what = f"rxe {item['name']!r}" if section == "rxe" else f"PF {_describe(identity)}"
+            self._seen_in_file(file, (section, index), (section, i), what)
         if index is None or not isinstance(item, dict):
             objects.append(dict(item) if isinstance(item, dict) else item)
             index = len(objects) - 1
-            if section == "rxe" and identity:
+            if identity:
                 self._in_file[(section, index)] = (section, i)
             self._set((section, index), file, (section, i))
             if isinstance(item, dict):
@@ -145,6 +148,11 @@ class Merger:
                 self._set(
                     ("sriov", pf_index, "vf", match, key), file, ("sriov", file_pf, "vf", j, key)
                 )
+
+
+def _describe(identity: tuple[str, ...]) -> str:
+    """('pci', '0000:3b:00.0') -> "pci=0000:3b:00.0", as status names a PF."""
+    return "=".join(identity)
 
 
 def _identity(section: str, item: Any) -> tuple[str, ...] | None:

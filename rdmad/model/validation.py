@@ -142,7 +142,7 @@ def _typed(data: Any, tp: Any, loc: Loc, problems: list[Problem]) -> Any:
         problems.append((loc, f"must be one of {choices}, not {data!r}"))
         return _INVALID
     try:
-        return msgspec.convert(data, tp, strict=False)
+        return msgspec.convert(data, tp, strict=True)
     except msgspec.ValidationError as exc:
         problems.append((loc, _words(str(exc), data)))
         return _INVALID

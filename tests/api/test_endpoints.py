@@ -134,7 +134,7 @@ async def test_config_errors_are_shown_not_fatal(api: Api) -> None:
     (api.config_dir / "rdmad.d" / "30-bad.toml").write_text("[daemon]\nsettle = 'soon'\n")
     code, doc = await api.get("/v1/config")
     assert code == 200 and doc["ok"] is False
-    assert any("30-bad.toml: daemon.settle" in e for e in doc["errors"])
+    assert any("30-bad.toml:2: daemon.settle" in e for e in doc["errors"])
     assert {"key": "daemon.settle", "value": "soon"}.items() <= {
         v["key"]: v for v in doc["values"]
     }["daemon.settle"].items()

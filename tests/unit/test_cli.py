@@ -47,8 +47,8 @@ def test_check_config_bad_exits_2_with_every_error(
     assert main(["check-config", "--config", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "2 error(s)" in err
-    assert f"{bad}: daemon.settle: not a duration" in err
-    assert f"{bad}: rxe[0].netdev: a netdev reference needs exactly one" in err
+    assert f"{bad}:2: daemon.settle: not a duration" in err  # FILE:LINE: key
+    assert f"{bad}:5: rxe[0].netdev: a netdev reference needs exactly one" in err
 
 
 def test_check_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,6 +56,7 @@ def test_check_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["check-config", "--json", "--config", str(tmp_path)]) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["valid"] is False and data["errors"][0]["path"] == "peermem.mode"
+    assert data["errors"][0]["line"] == 2
 
 
 def test_plan_on_demo_tree(demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +160,7 @@ def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) ->
         "TOML files must be UTF-8",
         f"  {d / '20-dir.toml'}: is a directory, not a config file",
         f"  {d / '30-loop.toml'}: cannot read: too many levels of symbolic links (a symlink loop?)",
-        f"  {tmp_path / 'rdmad.toml'}: daemon.settle: not a duration (e.g. '150ms', '5m', '30s'): "
+        f"  {tmp_path / 'rdmad.toml'}:2: daemon.settle: not a duration (e.g. '150ms', '5m', '30s'): "
         "'soon'",
     ]
     js = subprocess.run(

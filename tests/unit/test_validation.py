@@ -66,7 +66,7 @@ def test_rules_across_fields_run_once_the_fields_are_valid() -> None:
 
 def test_checks_normalize_and_strings_are_stripped() -> None:
     vf = validate(
-        VfSpec, {"index": "3", "mac": " 02:AA:bb:00:00:01 ", "node_guid": "00:11:22:33:44:55:66:77"}
+        VfSpec, {"index": 3, "mac": " 02:AA:bb:00:00:01 ", "node_guid": "00:11:22:33:44:55:66:77"}
     )
     assert (vf.index, vf.mac, vf.node_guid) == (3, "02:aa:bb:00:00:01", "00:11:22:33:44:55:66:77")
     d = validate(DaemonSpec, {"settle": "50ms", "drift_interval": "5m", "startup_timeout": 2})
