@@ -50,6 +50,12 @@ class RequestFailed(CtlError):
     exit_code = exits.FAIL
 
 
+class NoAnswer(CtlError):
+    """rdmad took the connection but gave no answer in time: stuck, not just unhappy."""
+
+    exit_code = exits.NO_ANSWER
+
+
 class Response:
     """Status, headers (lower-case names) and a reader positioned at the body."""
 
@@ -191,7 +197,7 @@ class Client:
                 reader = sock.makefile("rb")
                 resp = _read_head(reader)
             except TimeoutError:
-                raise RequestFailed(f"rdmad did not answer {target} within {timeout:g} s") from None
+                raise NoAnswer(f"rdmad did not answer {target} within {timeout:g} s") from None
             except OSError as exc:
                 raise RequestFailed(f"the connection to rdmad failed: {_strerror(exc)}") from None
         except BaseException:
@@ -208,7 +214,7 @@ class Client:
         except PermissionError:
             raise Denied(f"permission denied on {self.path}: {GROUP_HINT}") from None
         except TimeoutError:
-            raise RequestFailed(f"rdmad did not accept a connection on {self.path}") from None
+            raise NoAnswer(f"rdmad did not accept a connection on {self.path}") from None
         except OSError as exc:
             raise RequestFailed(f"cannot connect to {self.path}: {_strerror(exc)}") from None
 
@@ -217,7 +223,7 @@ def _read_body(resp: Response, timeout: float) -> bytes:
     try:
         return resp.read()
     except TimeoutError:
-        raise RequestFailed(f"rdmad did not finish its answer within {timeout:g} s") from None
+        raise NoAnswer(f"rdmad did not finish its answer within {timeout:g} s") from None
     except OSError as exc:
         raise RequestFailed(f"the connection to rdmad failed: {_strerror(exc)}") from None
 
@@ -307,7 +313,7 @@ def _parse_sse(lines: Iterator[str], idle_timeout: float) -> Iterator[tuple[str,
             elif name == "data":
                 data.append(value)
     except TimeoutError:
-        raise RequestFailed(
+        raise NoAnswer(
             f"no event or keepalive from rdmad in {idle_timeout:g} s: it seems stuck"
         ) from None
     except OSError as exc:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rdmad.ctl import exits
 from rdmad.ctl.render.formats import table
@@ -134,8 +136,34 @@ def test_forbidden_names_the_group(api: ApiStub) -> None:
 def test_a_stuck_daemon_times_out(api: ApiStub) -> None:
     api.routes["GET /v1/config"] = Reply(200, b"{}", hold=threading.Event())
     result = ctl("config", "--timeout", "0.3", socket=api.socket)
-    assert result.code == exits.FAIL
+    assert result.code == exits.NO_ANSWER  # not 1: a probe must tell hung from unhappy
     assert "did not answer /v1/config within 0.3 s" in result.err
+
+
+def test_a_stuck_daemon_is_not_an_unconverged_one(api: ApiStub) -> None:
+    """The DaemonSet's liveness probe (`[ $? -le 1 ]`) keeps a daemon that answers "not
+    converged" and restarts one that does not answer."""
+    api.routes["GET /v1/status"] = Reply(200, b"{}", hold=threading.Event())
+    stuck = ctl("status", "--timeout", "0.3", socket=api.socket)
+    assert stuck.code == exits.NO_ANSWER and stuck.code > 1
+    probe = deploy_probe()
+    assert "rdmad-ctl status --timeout 5" in probe
+
+    def probed(code: int) -> int:
+        answer = probe.replace("rdmad-ctl status --timeout 5", f"(exit {code})")
+        return subprocess.run(["sh", "-c", answer], check=False).returncode
+
+    assert [probed(c) for c in (0, 1, exits.NOT_RUNNING, stuck.code)] == [0, 0, 1, 1]
+
+
+def deploy_probe() -> str:
+    """The DaemonSet's liveness probe, the shell command it runs."""
+    path = Path(__file__).resolve().parents[2] / "deploy/kubernetes/daemonset-gpu.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    [daemonset] = [d for d in docs if d.get("kind") == "DaemonSet"]
+    containers = daemonset["spec"]["template"]["spec"]["containers"]
+    [probe] = [c["livenessProbe"] for c in containers if "livenessProbe" in c]
+    return str(probe["exec"]["command"][2])
 
 
 # --- the other commands ------------------------------------------------------------------------
