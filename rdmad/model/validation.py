@@ -20,6 +20,7 @@ of the daemon's start-up before its first pass (~0.75 s under TCG, bench/RESULTS
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 import types
@@ -160,7 +161,9 @@ def _struct(data: Any, spec: type[msgspec.Struct], loc: Loc, problems: list[Prob
     for key, raw in data.items():
         field = fields.get(key)
         if field is None:
-            problems.append(((*loc, key), "unknown key"))
+            near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(((*loc, key), f"unknown key{hint}"))
             ok = False
             continue
         value = _value(raw, field.type, (*loc, key), problems)

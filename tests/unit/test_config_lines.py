@@ -97,3 +97,14 @@ def test_a_value_of_the_wrong_type_is_refused_naming_file_line_and_key(
 ) -> None:
     [err] = errors(tmp_path, text)
     assert err.startswith(f"{tmp_path / 'rdmad.toml'}{want}"), err
+
+
+def test_an_unknown_key_names_the_nearest_known_one(tmp_path: Path) -> None:
+    text = PF + 'num_vfs = 2\n[daemon]\ndrift_intervall = "1h"\nfoo = 1\n'
+    path = tmp_path / "rdmad.toml"
+    assert errors(tmp_path, text) == [
+        f"{path}:3: sriov[0].num_vfs: unknown key (did you mean 'numvfs'?)",
+        f"{path}:1: sriov[0].numvfs: required key is missing",
+        f"{path}:5: daemon.drift_intervall: unknown key (did you mean 'drift_interval'?)",
+        f"{path}:6: daemon.foo: unknown key",
+    ]
