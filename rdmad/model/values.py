@@ -83,18 +83,39 @@ InUseDriftPolicy = Literal["report", "apply"]
 NO_DRIVER = "none"
 
 # Seconds as a float, written in config as "150ms", "5m", "2s" or a bare number.
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# systemd's spellings (systemd.time(7)) as operators write them in units: "5min",
+# "1h 30s", "90sec"; a number alone is seconds.
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+_DURATION_UNITS = {
+    **dict.fromkeys(("ms", "msec"), 0.001),
+    **dict.fromkeys(("", "s", "sec", "second", "seconds"), 1.0),
+    **dict.fromkeys(("m", "min", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hr", "hour", "hours"), 3600.0),
+    **dict.fromkeys(("d", "day", "days"), 86400.0),
+}
+
+
+def _duration_text(text: str) -> float | None:
+    """Seconds of '1h 30s', '5min', '150ms'; None when it is not one."""
+    text = text.strip()
+    total, pos = 0.0, 0
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if m is None or m.group(2) not in _DURATION_UNITS:
+            return None
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return total if text else None
 
 
 def parse_duration(value: object) -> float:
-    """'150ms' -> 0.15; numbers are seconds."""
+    """'150ms' -> 0.15, '1h 30s' -> 3630.0 (systemd's spellings); numbers are seconds."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    elif isinstance(value, str) and (parsed := _duration_text(value)) is not None:
+        seconds = parsed
     else:
         raise ValueError(f"not a duration (e.g. '150ms', '5m', '30s'): {value!r}")
     if seconds < 0:

@@ -365,7 +365,21 @@ def test_single_file_location(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"), [("150ms", 0.15), ("5m", 300), ("2s", 2), (3, 3), ("1.5h", 5400)]
+    ("value", "seconds"),
+    [
+        ("150ms", 0.15),
+        ("5m", 300),
+        ("2s", 2),
+        (3, 3),
+        ("1.5h", 5400),
+        # systemd's spellings, as in a unit's RestartSec= or a timer
+        ("5min", 300),
+        ("1h 30s", 3630),
+        ("1min30s", 90),
+        ("90sec", 90),
+        ("2 hours", 7200),
+        ("1d", 86400),
+    ],
 )
 def test_durations(value: object, seconds: float) -> None:
     from rdmad.model import parse_duration
