@@ -258,9 +258,10 @@ comments: [etc/rdmad/rdmad.toml](../etc/rdmad/rdmad.toml). Any other key is an e
 
 A **duration** is a number of seconds or a string with units, as systemd writes them:
 `"150ms"`, `"30s"`, `"5m"` or `"5min"`, `"1h 30s"`, `"1d"`. **required**: every entry
-of the table must give the key; **unset**: no default, the key left out has no value (its meaning says what that does; a VF
-attribute left out is never touched). Strings are stripped of surrounding spaces; MAC
-addresses, GUIDs and PCI addresses are read in any case.
+of the table must give the key; **unset**: no default, the key left out has no value
+(its meaning says what that does; a VF attribute left out is never touched). Strings
+are stripped of surrounding spaces; MAC addresses, GUIDs and PCI addresses are read in
+any case.
 """
 
 

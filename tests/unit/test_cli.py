@@ -160,8 +160,8 @@ def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) ->
         "TOML files must be UTF-8",
         f"  {d / '20-dir.toml'}: is a directory, not a config file",
         f"  {d / '30-loop.toml'}: cannot read: too many levels of symbolic links (a symlink loop?)",
-        f"  {tmp_path / 'rdmad.toml'}:2: daemon.settle: not a duration (e.g. '150ms', '5m', '30s'): "
-        "'soon'",
+        f"  {tmp_path / 'rdmad.toml'}:2: daemon.settle: not a duration "
+        "(e.g. '150ms', '5m', '30s'): 'soon'",
     ]
     js = subprocess.run(
         [sys.executable, "-m", "rdmad.cli", "check-config", "--json", "--config", str(tmp_path)],
