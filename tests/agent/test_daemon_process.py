@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import reap
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -131,9 +133,7 @@ def test_ready_status_watchdog_reload_and_term(
         sd.expect("STOPPING=1", timeout=5)
         assert not api_socket.exists()  # removed on the way out
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
     text = (tmp_path / "daemon.log").read_text()
     assert "config.invalid" in text and "settle" in text
     assert (tmp_path / "state" / "state.json").is_file()
@@ -170,9 +170,7 @@ def test_unreadable_dropin_at_start_keeps_running_and_reports_it(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
     invalid = [e for e in events if e.get("event") == "config.invalid"]
     assert [e["error"] for e in invalid] == [
@@ -224,9 +222,7 @@ def test_dry_run_against_a_made_up_node_plans_it_and_changes_nothing(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
     assert numvfs.read_text() == before
 
 
@@ -250,9 +246,7 @@ def test_guard_kit_is_installed_before_the_first_pass_and_the_hook_goes_at_stop(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
     assert not Path("/etc/modprobe.d/rdmad-guard.conf").exists()
     assert (kit / "hook").is_file()  # the copy stays: a hook left by a crash still runs
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]
@@ -301,9 +295,7 @@ def test_a_dry_run_writes_no_guard_kit(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
     assert [p.name for p in kit.iterdir()] == [older.name]
     assert hook_file.is_file()  # a dry run removes nothing either
     events = [json.loads(line) for line in (tmp_path / "daemon.log").read_text().splitlines()]

@@ -26,6 +26,7 @@ from rdmad.triggers import Trigger, TriggerQueue
 from tests.agent.test_daemon_process import Systemd
 from tests.api.metricsutil import parse, value
 from tests.support.fakeclock import FakeClock
+from tests.support.procs import reap
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -210,9 +211,7 @@ def test_daemon_serves_metrics_and_writes_the_textfile_with_an_invalid_config(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        reap(proc)
         log.close()
         sd.sock.close()
     assert value(parse(prom.read_text()), "rdmad_up") == 0  # the last write: stopped
