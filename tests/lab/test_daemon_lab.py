@@ -49,9 +49,21 @@ def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:
     g.check("rdma link delete rxe0")
     g.wait_for("rdma link show | grep -q 'rxe0/1 .*netdev labd0'", timeout=30)
 
-    # SIGHUP with a broken config: last good kept, errors in STATUS and the journal.
+    # `systemctl reload` over a broken config fails, saying why (the unit checks the
+    # config first, as `nginx -t`); the daemon never heard of it: still as it was.
     write_config(g, CONFIG + "\n[[sriov]]\nnumvfs = -1\n")
-    g.check("systemctl reload rdmad.service")
+    refused = g.run("systemctl reload rdmad.service", timeout=120)
+    assert refused.rc != 0, refused.describe()
+    assert "config invalid" not in _show(g, "StatusText")
+    g.wait_until(
+        lambda: "sriov[0]" in g.run("journalctl -b -u rdmad.service --no-pager -o cat").out,
+        timeout=30,
+        what="check-config's errors in the unit's journal",
+    )
+
+    # SIGHUP by hand with the broken config: last good kept, errors in STATUS and the
+    # journal.
+    g.check("systemctl kill -s HUP --kill-whom=main rdmad.service")
     g.wait_for(
         "systemctl show -p StatusText --value rdmad.service | grep -q 'config invalid'", timeout=60
     )

@@ -52,6 +52,8 @@ def test_unit_is_hardened_as_declared() -> None:
     assert s["RestrictRealtime"] == ["yes"]
     assert s["StateDirectory"] == ["rdmad"] and s["RuntimeDirectory"] == ["rdmad"]
     assert "ProtectKernelModules" not in s  # loading modules is part of its job
+    # A reload checks the config before the daemon hears of it: a bad one fails the reload.
+    assert s["ExecReload"] == ["/usr/bin/rdmad check-config", "/bin/kill -HUP $MAINPID"]
 
 
 # Directives that reach kernel objects rdmad creates (cgroup filters apply to the
@@ -106,11 +108,12 @@ def test_metrics_dropin_only_adds_inet() -> None:
 
 @pytest.mark.parametrize("with_dropin", [False, True])
 def test_systemd_analyze_verify_prints_nothing(tmp_path: Path, with_dropin: bool) -> None:
-    """The unit as shipped; only ExecStart's program (not installed on this host) is
-    pointed at an executable that exists, since verify checks that it does."""
+    """The unit as shipped; only rdmad's program in ExecStart= and ExecReload= (not
+    installed here) is pointed at an executable that exists, since verify checks that it
+    does."""
     need("systemd-analyze")
     unit = tmp_path / "rdmad.service"
-    unit.write_text(UNIT.read_text().replace("ExecStart=/usr/bin/rdmad ", "ExecStart=/bin/true "))
+    unit.write_text(UNIT.read_text().replace("=/usr/bin/rdmad ", "=/bin/true "))
     if with_dropin:
         dropins = tmp_path / "rdmad.service.d"
         dropins.mkdir()
