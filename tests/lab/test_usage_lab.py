@@ -164,19 +164,29 @@ def test_held_rxe_link_on_a_vf_blocks_lowering_numvfs_and_nothing_is_touched(
 NETNS = "labtenant"
 
 
-def test_vf_netdev_in_another_namespace_is_in_use_naming_it(guest: Guest) -> None:
-    g = guest
+def living_in_netns(g: Guest, name: str) -> tuple[str, int]:
+    """A process living in NETNS (as a pod's does): its unit and pid, once it is there."""
+    unit = g.start_unit(name, f"exec ip netns exec {NETNS} sleep 600")
+    pid = g.unit_pid(unit)
+    g.wait_for(f'[ "$(cat /proc/{pid}/comm)" = sleep ]', timeout=30)
+    return unit, pid
+
+
+def two_vfs(g: Guest) -> tuple[str, str]:
+    """The igb PF with two VFs: (the PF, VF 1's netdev once udev named it)."""
     pf = g.igb_pf()
     assert g.set_numvfs(pf, 2).ok
-    vf1_pci = g.vf_bdfs(pf)[1]
-    vf1 = g.wait_vf_netdevs(pf, 2)[vf1_pci]
+    return pf, g.wait_vf_netdevs(pf, 2)[g.vf_bdfs(pf)[1]]
+
+
+def test_vf_netdev_in_another_namespace_is_in_use_naming_it(guest: Guest) -> None:
+    g = guest
+    pf, vf1 = two_vfs(g)
     unit = None
     try:
         g.check(f"ip netns add {NETNS} && ip link set {vf1} netns {NETNS}")
         g.wait_for(f"ip -n {NETNS} link show {vf1} >/dev/null 2>&1", timeout=30)
-        unit = g.start_unit("lab-tenant", f"exec ip netns exec {NETNS} sleep 600")
-        pid = g.unit_pid(unit)
-        g.wait_for(f'[ "$(cat /proc/{pid}/comm)" = sleep ]', timeout=30)
+        unit, pid = living_in_netns(g, "lab-tenant")
 
         vfs = observe_vfs(g, pf)
         want = f"netdev {vf1} is in network namespace {NETNS!r} (pid {pid} (sleep))"
@@ -199,19 +209,14 @@ def test_vf_netdev_in_another_namespace_is_in_use_naming_it(guest: Guest) -> Non
 
 def test_an_rxe_link_does_not_follow_its_netdev_into_a_namespace(guest: Guest) -> None:
     g = guest
-    pf = g.igb_pf()
-    assert g.set_numvfs(pf, 2).ok
-    vf1_pci = g.vf_bdfs(pf)[1]
-    vf1 = g.wait_vf_netdevs(pf, 2)[vf1_pci]
+    pf, vf1 = two_vfs(g)
     unit = None
     try:
         g.check(f"modprobe rdma_rxe && rdma link add labpod type rxe netdev {vf1}")
         g.wait_for("rdma link show labpod/1 >/dev/null 2>&1", timeout=30)
         g.check(f"ip netns add {NETNS} && ip link set {vf1} netns {NETNS}")
         g.wait_for("! rdma link show labpod/1 >/dev/null 2>&1", timeout=60)
-        unit = g.start_unit("lab-pod", f"exec ip netns exec {NETNS} sleep 600")
-        pid = g.unit_pid(unit)
-        g.wait_for(f'[ "$(cat /proc/{pid}/comm)" = sleep ]', timeout=30)
+        unit, pid = living_in_netns(g, "lab-pod")
         vfs = observe_vfs(g, pf)
         want = f"netdev {vf1} is in network namespace {NETNS!r} (pid {pid} (sleep))"
         assert vfs["1"]["observed"] == ["in-use", [want]], vfs
