@@ -3,9 +3,10 @@
 Exit codes: 0 fine, 1 a runtime failure (kernel unreadable), 2 bad input
 (invalid config, bad arguments).
 
-`rdmad plan` prints the running daemon's own plan (docs/API.md `/v1/plan`) when
-it answers on its socket and nothing asks for another view (--root, --config,
---state, --local); otherwise it observes and plans here.
+`rdmad plan` previews the config on disk: it observes and plans here, the answer to
+"what will this edit do?" (`systemctl reload rdmad` applies it). `rdmad plan
+--daemon` (and `rdmad-ctl plan`) prints the running daemon's pending plan instead,
+made from the config it loaded (docs/API.md `/v1/plan`). Each says which it is.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
     cc.add_argument("--json", action="store_true", help="machine-readable output")
     pl = sub.add_parser(
         "plan",
-        help="print what rdmad would do: the running daemon's next pass, or computed here",
+        help="print what the config on disk would do here (--daemon: the running "
+        "daemon's pending plan, from the config it loaded)",
     )
     _config_arg(pl)
     pl.add_argument(
@@ -68,11 +70,13 @@ def parser() -> argparse.ArgumentParser:
         "(default: state.json in [daemon] state_dir)",
     )
     pl.add_argument(
-        "--local",
+        "--daemon",
         action="store_true",
-        help="compute the plan here even when the daemon runs (its socket: $RDMAD_SOCKET "
-        "or [api] socket)",
+        help="print the running daemon's pending plan, from the config it loaded (its "
+        "socket: $RDMAD_SOCKET or [api] socket); as `rdmad-ctl plan`",
     )
+    # The default since the plan previews the config on disk; kept for scripts.
+    pl.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     sn = sub.add_parser(
         "snapshot",
@@ -169,9 +173,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    ask_daemon = not args.local and all(a is None for a in (args.root, args.config, args.state))
-    if ask_daemon and _print_daemon_plan(args.json):
-        return EXIT_OK
+    if args.daemon:
+        if args.local or any(a is not None for a in (args.root, args.config, args.state)):
+            print(
+                "rdmad: --daemon prints the daemon's own plan: it takes no --root, "
+                "--config, --state or --local",
+                file=sys.stderr,
+            )
+            return EXIT_INPUT
+        return EXIT_OK if _print_daemon_plan(args.json) else EXIT_FAIL
     args.root = args.root or "/"
     loaded = _load(args)
     if loaded is None:
@@ -193,6 +203,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json(
             {
                 "source": "local",
+                "config": {"files": list(loaded.files)},
                 "root": args.root,
                 "state": {
                     "file": str(state_file),
@@ -208,13 +219,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _print_plan(args.root, observed, state_line, actions, statuses)
+        _print_plan(args.root, observed, state_line, actions, statuses, loaded.files)
     return EXIT_OK
 
 
 def _print_daemon_plan(as_json: bool) -> bool:
-    """Print the running daemon's plan; False when there is none to print (the daemon
-    is not running, or did not answer: then say why and plan here)."""
+    """Print the running daemon's plan; False (said why) when there is none to print:
+    the daemon is not running or did not answer."""
     from rdmad.ctl.client import DEFAULT_SOCKET, Client, CtlError, NotRunning
     from rdmad.ctl.render.formats import clock
     from rdmad.ctl.render.plan import plan_body
@@ -240,17 +251,14 @@ def _print_daemon_plan(as_json: bool) -> bool:
             }
             for a in actions
         ]
-    except NotRunning:
+    except NotRunning as exc:
+        print(f"rdmad: {safe(str(exc))}; `rdmad plan` previews the config here", file=sys.stderr)
         return False
     except CtlError as exc:
-        print(
-            f"rdmad: no plan from the daemon ({safe(str(exc))}); computing it here", file=sys.stderr
-        )
+        print(f"rdmad: no plan from the daemon: {safe(str(exc))}", file=sys.stderr)
         return False
     except (KeyError, TypeError) as exc:
-        print(
-            f"rdmad: the daemon's plan is malformed ({exc!r}); computing it here", file=sys.stderr
-        )
+        print(f"rdmad: the daemon's plan is malformed ({exc!r})", file=sys.stderr)
         return False
     if as_json:
         _print_json(
@@ -265,8 +273,10 @@ def _print_daemon_plan(as_json: bool) -> bool:
             }
         )
         return True
-    print(f"The running rdmad's plan (from {sock}, made {clock(doc.get('at'))})")
-    print("  rdmad plan --local computes it here instead")
+    print(
+        f"The running rdmad's plan, from the config it loaded ({sock}, made {clock(doc.get('at'))})"
+    )
+    print("  `rdmad plan` previews the config on disk instead")
     if doc.get("dry_run"):
         print("  the daemon runs --dry-run: it records these changes, it does not make them")
     print()
@@ -337,13 +347,22 @@ def action_json(action: Action) -> dict[str, Any]:
 
 
 def _print_plan(
-    root: str, observed: Observed, state_line: str, actions: list[Action], statuses: list[Any]
+    root: str,
+    observed: Observed,
+    state_line: str,
+    actions: list[Action],
+    statuses: list[Any],
+    files: tuple[str, ...],
 ) -> None:
     where = "this host" if root == "/" else root
     print(
         f"Observed {where}: {len(observed.pfs)} SR-IOV PF(s), "
         f"{len(observed.rdma_links)} RDMA device(s), {len(observed.netdevs)} netdev(s)"
     )
+    shown = ", ".join(safe(f) for f in files) or "no file: nothing declared"
+    print(f"  planned from the config on disk: {shown}")
+    if root == "/":
+        print("  (the running daemon acts on the config it loaded: `rdmad plan --daemon`)")
     print(f"  {state_line}")
     for note in observed.notes:
         print(f"  note: {safe(note)}")

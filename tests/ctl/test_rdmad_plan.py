@@ -1,6 +1,6 @@
-"""`rdmad plan` prints the running daemon's plan (GET /v1/plan) when it answers, in
-the formats it always had; it computes the plan itself when asked for another view
-(--local, --root, --config, --state) or when the daemon does not answer."""
+"""`rdmad plan` previews the config on disk (the question an operator asks after an
+edit), also while the daemon runs, and says so; `rdmad plan --daemon` prints the running
+daemon's plan (GET /v1/plan), from the config it loaded, in the formats it always had."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_plan_comes_from_the_daemon(
+def test_the_daemons_plan_on_request(
     api: ApiStub,
     no_config: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -30,9 +30,12 @@ def test_plan_comes_from_the_daemon(
 ) -> None:
     doc = api.fixture("GET /v1/plan", "plan.json")
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    assert main(["plan"]) == 0
+    assert main(["plan", "--daemon"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"The running rdmad's plan (from {api.socket}, made 2026-11-18 11:09:59)"
+    assert out[0] == (
+        f"The running rdmad's plan, from the config it loaded ({api.socket}, "
+        "made 2026-11-18 11:09:59)"
+    )
     rows = [(o["obj"], o["state"], o["reason"]) for o in doc["objects"]]
     assert out[3:] == plan_body(rows, doc["actions"])
     assert "1. [rxe rxe1] rdma link add rxe1 type rxe netdev eth1" in "\n".join(out)
@@ -47,12 +50,12 @@ def test_plan_json_from_the_daemon_keeps_the_local_keys(
 ) -> None:
     api.fixture("GET /v1/plan", "plan.json")
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    assert main(["plan", "--json"]) == 0
+    assert main(["plan", "--json", "--daemon"]) == 0
     daemon = json.loads(capsys.readouterr().out)
     assert (daemon["source"], daemon["socket"]) == ("daemon", api.socket)
-    assert main(["plan", "--json", "--local"]) == 0
+    assert main(["plan", "--json"]) == 0
     local = json.loads(capsys.readouterr().out)
-    assert local["source"] == "local"
+    assert local["source"] == "local" and local["config"] == {"files": []}
     assert set(daemon) >= {"objects", "actions", "notes"}
     assert daemon["objects"][0] == {
         "object": "sriov pci=0000:00:03.0",
@@ -61,6 +64,30 @@ def test_plan_json_from_the_daemon_keeps_the_local_keys(
     }
     assert set(daemon["actions"][1]) == {"object", "kind", "changes_kernel", "what", "reason"}
     assert daemon["actions"][1]["what"] == "rdma link add rxe1 type rxe netdev eth1"
+
+
+def test_the_plan_previews_the_config_on_disk_while_the_daemon_runs(
+    api: ApiStub,
+    no_config: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The operator edited the file; the daemon still runs the old one: `rdmad plan`
+    answers "what will this edit do?", naming the files it planned from."""
+    api.fixture("GET /v1/plan", "plan.json")  # the daemon's: "Nothing to do" for its config
+    monkeypatch.setenv("RDMAD_SOCKET", api.socket)
+    (no_config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe9"\nnetdev = { name = "lo" }\n')
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    assert f"planned from the config on disk: {no_config / 'rdmad.toml'}" in out
+    assert "rxe9" in out and api.requests == []
+
+
+def test_daemon_takes_no_other_view(
+    api: ApiStub, no_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--daemon", "--root", "/"]) == 2
+    assert "--daemon prints the daemon's own plan" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--local", "--config", "--root", "--state"])
@@ -80,7 +107,7 @@ def test_another_view_is_computed_here(
     assert api.requests == []
 
 
-def test_daemon_not_running_plans_here(
+def test_no_daemon_plans_here_and_asking_it_fails_saying_why(
     short_dir: Path,
     no_config: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -91,9 +118,11 @@ def test_daemon_not_running_plans_here(
     captured = capsys.readouterr()
     assert captured.out.startswith("Observed this host")
     assert "Nothing to do" in captured.out and captured.err == ""
+    assert main(["plan", "--daemon"]) == 1
+    assert "rdmad is not running" in capsys.readouterr().err
 
 
-def test_daemon_that_cannot_answer_is_named_then_planned_here(
+def test_daemon_that_cannot_answer_is_named(
     api: ApiStub,
     no_config: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -103,7 +132,7 @@ def test_daemon_that_cannot_answer_is_named_then_planned_here(
         503, b'{"error": {"status": 503, "code": "unavailable", "message": "a pass is stuck"}}'
     )
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    assert main(["plan"]) == 0
+    assert main(["plan", "--daemon"]) == 1
     captured = capsys.readouterr()
     assert "no plan from the daemon" in captured.err and "a pass is stuck" in captured.err
-    assert captured.out.startswith("Observed this host")
+    assert captured.out == ""

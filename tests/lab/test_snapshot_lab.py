@@ -129,10 +129,11 @@ def test_hand_set_node_snapshotted_comes_back_identical_after_reboot(
         timeout=120,
     )
     # The running daemon's own next pass (its /v1/plan) is empty...
-    plan = g.json("rdmad plan --json", timeout=120)
+    plan = g.json("rdmad plan --daemon --json", timeout=120)
     assert plan["source"] == "daemon" and plan["actions"] == [], plan
-    # ...and so is a plan made here from the state file it saved (which owns rxe0).
-    plan = g.json("rdmad plan --local --json", timeout=120)
+    # ...and so is a plan made here from the config on disk and the state file it saved
+    # (which owns rxe0).
+    plan = g.json("rdmad plan --json", timeout=120)
     assert plan["source"] == "local" and plan["actions"] == [], plan
     assert plan["state"]["line"].startswith(
         "state: /var/lib/rdmad/state.json, written this boot: rdmad-created rxe links: rxe0"
