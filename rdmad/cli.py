@@ -1,7 +1,9 @@
 """The `rdmad` command: version, check-config, plan, snapshot, run (the daemon).
 
-Exit codes: 0 fine, 1 a runtime failure (kernel unreadable), 2 bad input
-(invalid config, bad arguments).
+Exit codes are rdmad-ctl's too (rdmad/exits.py): 0 fine, 1 not as declared (a plan
+that leaves an object blocked) or a failure (kernel unreadable), 2 bad arguments, 3/4/5
+the daemon not running, refusing or not answering (`plan --daemon`), 6 an invalid
+config. With --json every failure prints the JSON error object on stdout.
 
 `rdmad plan` previews the config on disk: it observes and plans here, the answer to
 "what will this edit do?" (`systemctl reload rdmad` applies it). `rdmad plan
@@ -12,28 +14,29 @@ made from the config it loaded (docs/API.md `/v1/plan`). Each says which it is.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from rdmad import __version__, config, state
+from rdmad import __version__, config, exits, state
 from rdmad.fileio import write_atomic
 from rdmad.kernel.apply.oneshot import observe_host
-from rdmad.model import Action, Observed, PlanState, summarize
+from rdmad.model import Action, ObjectState, ObjectStatus, Observed, PlanState, summarize
 from rdmad.reconcile import declared_objects, plan
+from rdmad.status import API_VERSION, PlanReport
 from rdmad.text import safe
 
-EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 BOOT_ID = "proc/sys/kernel/random/boot_id"  # under --root
+STUCK = (ObjectState.BLOCKED, ObjectState.DEGRADED)  # a plan that leaves these exits 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command is None:
         parser().print_help()
-        return EXIT_INPUT
+        return exits.USAGE
     handler = {
         "check-config": cmd_check_config,
         "plan": cmd_plan,
@@ -44,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rdmad", description=__doc__.splitlines()[0])
+    p = exits.Parser(
+        prog="rdmad",
+        description=__doc__.splitlines()[0],
+        epilog=exits.help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"rdmad {__version__}")
     sub = p.add_subparsers(dest="command")
     cc = sub.add_parser("check-config", help="validate the config; print every error")
@@ -143,23 +151,49 @@ def _config_path(args: argparse.Namespace) -> Path:
     return config.DEFAULT_DIR if args.config is None else Path(args.config)
 
 
-def _load(args: argparse.Namespace) -> config.LoadedConfig | None:
+def _fail(args: argparse.Namespace, code: int, message: str, **more: object) -> int:
+    """A failure: its words on stderr, with --json also the JSON error object on stdout
+    (``more`` goes into it, e.g. a config's ``errors``); the exit code ``code``."""
+    print(f"rdmad: {safe(message)}", file=sys.stderr)
+    if getattr(args, "json", False):
+        _print_json(exits.error_doc(code, message, **more))
+    return code
+
+
+def _root_missing(args: argparse.Namespace) -> int | None:
+    """--root that is not a directory: a usage error (observing it would find an empty
+    node, "0 PFs", and plan to create everything), as `rdmad-ctl doctor` says."""
+    if args.root is None or os.path.isdir(args.root):
+        return None
+    return _fail(args, exits.USAGE, f"--root {args.root}: not a directory")
+
+
+def _load(args: argparse.Namespace) -> config.LoadedConfig | config.ConfigInvalid:
+    """The config, or what is wrong with it (printed on stderr, every error)."""
     try:
         return config.load(_config_path(args))
     except config.ConfigInvalid as exc:
-        if getattr(args, "json", False):
-            _print_json({"valid": False, "errors": [e.__dict__ for e in exc.errors]})
-        else:
-            print(f"rdmad: {len(exc.errors)} error(s) in the config:", file=sys.stderr)
-            for err in exc.errors:
-                print(f"  {safe(str(err))}", file=sys.stderr)
-        return None
+        print(f"rdmad: {len(exc.errors)} error(s) in the config:", file=sys.stderr)
+        for err in exc.errors:
+            print(f"  {safe(str(err))}", file=sys.stderr)
+        return exc
+
+
+def _invalid(exc: config.ConfigInvalid) -> dict[str, object]:
+    """The JSON error object of an invalid config: each error with file, line, key."""
+    return exits.error(
+        exits.CONFIG_INVALID,
+        f"{len(exc.errors)} error(s) in the config",
+        errors=[e.__dict__ for e in exc.errors],
+    )
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     loaded = _load(args)
-    if loaded is None:
-        return EXIT_INPUT
+    if isinstance(loaded, config.ConfigInvalid):
+        if args.json:
+            _print_json({"valid": False, "error": _invalid(loaded)})
+        return exits.CONFIG_INVALID
     d = loaded.desired
     if args.json:
         from msgspec import to_builtins
@@ -169,28 +203,32 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         files = ", ".join(loaded.files) or "no config files (nothing declared)"
         print(f"config OK: {files}")
         print(f"  {len(d.sriov)} SR-IOV PF(s), {len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
-    return EXIT_OK
+    return exits.OK
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.daemon:
         if args.local or any(a is not None for a in (args.root, args.config, args.state)):
-            print(
-                "rdmad: --daemon prints the daemon's own plan: it takes no --root, "
-                "--config, --state or --local",
-                file=sys.stderr,
+            return _fail(
+                args,
+                exits.USAGE,
+                "--daemon prints the daemon's own plan: it takes no --root, --config, "
+                "--state or --local",
             )
-            return EXIT_INPUT
-        return EXIT_OK if _print_daemon_plan(args.json) else EXIT_FAIL
+        return _print_daemon_plan(args)
+    missing = _root_missing(args)
+    if missing is not None:
+        return missing
     args.root = args.root or "/"
     loaded = _load(args)
-    if loaded is None:
-        return EXIT_INPUT
+    if isinstance(loaded, config.ConfigInvalid):
+        if args.json:
+            _print_json({"error": _invalid(loaded)})
+        return exits.CONFIG_INVALID
     try:
         observed = observe_host(Path(args.root))
     except OSError as exc:
-        print(f"rdmad: cannot observe {args.root}: {safe(str(exc))}", file=sys.stderr)
-        return EXIT_FAIL
+        return _fail(args, exits.FAIL, f"cannot observe {args.root}: {exc}")
     # The daemon's own memory of which rxe links it created, by its own rule (only
     # within the boot that created them), so the plan is what the daemon would do.
     state_file = args.state or Path(
@@ -200,9 +238,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     actions = plan(loaded.desired, observed, PlanState(managed_rxe=owned))
     statuses = summarize(declared_objects(loaded.desired), actions)
     if args.json:
+        report = PlanReport(time.time(), "rdmad plan", tuple(actions), tuple(statuses))
         _print_json(
             {
-                "source": "local",
+                **report.to_json("local"),
                 "config": {"files": list(loaded.files)},
                 "root": args.root,
                 "state": {
@@ -210,23 +249,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     "managed_rxe": sorted(owned),
                     "line": state_line,
                 },
-                "objects": [
-                    {"object": s.obj, "state": s.state.value, "message": s.message}
-                    for s in statuses
-                ],
-                "actions": [action_json(a) for a in actions],
                 "notes": list(observed.notes),
             }
         )
     else:
         _print_plan(args.root, observed, state_line, actions, statuses, loaded.files)
-    return EXIT_OK
+    return plan_exit(statuses)
 
 
-def _print_daemon_plan(as_json: bool) -> bool:
-    """Print the running daemon's plan; False (said why) when there is none to print:
-    the daemon is not running or did not answer."""
+def plan_exit(statuses: list[ObjectStatus]) -> int:
+    """0 when the plan reaches the declared state (changes to make are fine), 1 when it
+    leaves an object blocked or degraded (the same rule as `rdmad-ctl plan`)."""
+    return exits.FAIL if any(s.state in STUCK for s in statuses) else exits.OK
+
+
+def _print_daemon_plan(args: argparse.Namespace) -> int:
+    """Print the running daemon's plan (its /v1/plan document as is with --json), or
+    say why there is none: not running (3), refused (4), no answer (5), failed (1)."""
     from rdmad.ctl.client import DEFAULT_SOCKET, Client, CtlError, NotRunning
+    from rdmad.ctl.commands import plan_exit as ctl_plan_exit
     from rdmad.ctl.render.formats import clock
     from rdmad.ctl.render.plan import plan_body
 
@@ -241,38 +282,18 @@ def _print_daemon_plan(as_json: bool) -> bool:
         doc = Client(sock, timeout=15.0).get("/v1/plan")
         actions = doc["actions"]
         rows = [(o["obj"], o["state"], o["reason"]) for o in doc["objects"]]
-        actions_json = [
-            {
-                "object": a["obj"],
-                "kind": a["kind"],
-                "changes_kernel": a["changes_kernel"],
-                "what": a["describe"],
-                "reason": a["reason"],
-            }
-            for a in actions
-        ]
+        if not isinstance(actions, list):
+            raise TypeError(f"actions is {type(actions).__name__}, not a list")
     except NotRunning as exc:
-        print(f"rdmad: {safe(str(exc))}; `rdmad plan` previews the config here", file=sys.stderr)
-        return False
+        return _fail(args, exc.exit_code, f"{exc}; `rdmad plan` previews the config here")
     except CtlError as exc:
-        print(f"rdmad: no plan from the daemon: {safe(str(exc))}", file=sys.stderr)
-        return False
+        return _fail(args, exc.exit_code, f"no plan from the daemon: {exc}")
     except (KeyError, TypeError) as exc:
-        print(f"rdmad: the daemon's plan is malformed ({exc!r})", file=sys.stderr)
-        return False
-    if as_json:
-        _print_json(
-            {
-                "source": "daemon",
-                "socket": sock,
-                "at": doc.get("at"),
-                "dry_run": doc.get("dry_run", False),
-                "objects": [{"object": o, "state": st, "message": m} for o, st, m in rows],
-                "actions": actions_json,
-                "notes": [],
-            }
-        )
-        return True
+        return _fail(args, exits.FAIL, f"the daemon's plan is malformed ({exc!r})")
+    code = ctl_plan_exit(doc["objects"])
+    if args.json:
+        _print_json(doc)  # one plan document: the API's, as `rdmad-ctl plan --json`
+        return code
     print(
         f"The running rdmad's plan, from the config it loaded ({sock}, made {clock(doc.get('at'))})"
     )
@@ -282,7 +303,7 @@ def _print_daemon_plan(as_json: bool) -> bool:
     print()
     for line in plan_body(rows, actions):
         print(line)
-    return True
+    return code
 
 
 def _boot_id(root: Path) -> str:
@@ -294,37 +315,39 @@ def _boot_id(root: Path) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from rdmad.snapshot import header_for, settings_unknown, snapshot
+    from rdmad.snapshot import snapshot_doc
 
+    missing = _root_missing(args)
+    if missing is not None:
+        return missing
     try:
         observed = observe_host(Path(args.root))
     except OSError as exc:
-        print(f"rdmad: cannot observe {args.root}: {safe(str(exc))}", file=sys.stderr)
-        return EXIT_FAIL
-    where = "this host" if args.root == "/" else args.root
-    unknown = settings_unknown(observed)
-    text = snapshot(observed, header=header_for(observed, where))
-    if args.json:
-        _print_json({"toml": text, "notes": list(observed.notes), "settings_unknown": unknown})
-    elif args.output is None:
-        sys.stdout.write(text)
+        return _fail(args, exits.FAIL, f"cannot observe {args.root}: {exc}")
+    doc = snapshot_doc(observed, "this host" if args.root == "/" else args.root)
+    text = doc["toml"]
     if args.output is not None:
         try:
             write_atomic(args.output, text.encode())
         except OSError as exc:
-            print(f"rdmad: cannot write {args.output}: {exc}", file=sys.stderr)
-            return EXIT_FAIL
-    return EXIT_OK
+            return _fail(args, exits.FAIL, f"cannot write {args.output}: {exc}")
+    if args.json:
+        _print_json({"api": API_VERSION, **doc})  # GET /v1/snapshot's document
+    elif args.output is None:
+        sys.stdout.write(text)
+    return exits.OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from rdmad import daemon
 
     if args.root is not None and not args.dry_run:
-        print(
-            "rdmad: run --root observes a tree it must not change: add --dry-run", file=sys.stderr
+        return _fail(
+            args, exits.USAGE, "run --root observes a tree it must not change: add --dry-run"
         )
-        return EXIT_INPUT
+    missing = _root_missing(args)
+    if missing is not None:
+        return missing
     opts = daemon.RunOptions(
         _config_path(args),
         args.dry_run,
@@ -334,16 +357,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.guard_kit,
     )
     return daemon.run(opts)
-
-
-def action_json(action: Action) -> dict[str, Any]:
-    return {
-        "object": action.obj,
-        "kind": action.kind,
-        "changes_kernel": action.changes_kernel,
-        "what": action.describe(),
-        "reason": action.reason,
-    }
 
 
 def _print_plan(
@@ -385,8 +398,7 @@ def _print_plan(
 
 
 def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    exits.print_json(data)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@
 The two commands' pages come from their argument parsers (``rdmad.cli.parser``,
 ``rdmad.ctl.args.parser``) through argparse-manpage, run as its command line (its
 documented interface) with the sections a parser does not hold (FILES, EXIT
-STATUS, SEE ALSO) added: a page cannot say less than ``--help`` because it is
-made from the same parser, at the same build. rdmad.toml(5) is written here from
-the walk of the config schema that docs/CONFIG-REFERENCE.md is made from
-(``rdmad.configref.tables``): no library turns a msgspec schema into troff.
+STATUS from rdmad/exits.py's table, SEE ALSO) added: a page cannot say less than
+``--help`` because it is made from the same parser, at the same build. rdmad.toml(5)
+is written here from the walk of the config schema that docs/CONFIG-REFERENCE.md is
+made from (``rdmad.configref.tables``): no library turns a msgspec schema into troff.
 
 A tool for the package build (packaging/build-venv.sh) and its tests: nothing in the
 daemon imports it, and argparse-manpage is a build and test tool only, never in the
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdmad import __version__
+from rdmad import __version__, exits
 from rdmad.configref import Table, tables
 
 
@@ -53,16 +53,6 @@ exact changes, restores them after reboots and driver reloads, and never
 touches what is in use or not declared. It runs as the systemd service
 \fBrdmad.service\fR (\fBrdmad run \-\-foreground\fR); the other commands
 validate, plan and snapshot without a daemon.
-[EXIT STATUS]
-.TP
-0
-fine
-.TP
-1
-a runtime failure (the kernel's state could not be read)
-.TP
-2
-bad input: an invalid config, bad arguments
 [FILES]
 .TP
 \&/etc/rdmad/rdmad.toml, /etc/rdmad/rdmad.d/*.toml
@@ -141,9 +131,12 @@ def _include(page: CommandPage) -> str:
     reflow or leave out: the command's epilog and each sub-command's details."""
     module = importlib.import_module(page.module)
     parser: argparse.ArgumentParser = getattr(module, page.function)()
-    parts = [page.sections.strip("\n")]
-    if parser.epilog:
-        parts += ["[=COMMENTS]", _nofill(parser.epilog)]
+    parts = [page.sections.strip("\n"), exit_status()]
+    # The exit codes have their own section here (EXIT STATUS), not the epilog's copy.
+    # Always given: argparse-manpage would print the parser's epilog there, table and all.
+    here = "exit codes (rdmad and rdmad-ctl): see EXIT STATUS\n"
+    epilog = (parser.epilog or "").replace(exits.help_text(), here).strip("\n")
+    parts += ["[=COMMENTS]", _nofill(epilog)]
     commands: dict[str, tuple[str, str]] = getattr(module, page.details) if page.details else {}
     if any(details for _, details in commands.values()):
         parts.append("[COMMAND DETAILS]")
@@ -151,6 +144,14 @@ def _include(page: CommandPage) -> str:
             if details:
                 parts += [f".SS {troff(page.prog)} {troff(name)}", _nofill(details)]
     return "\n".join(parts) + "\n"
+
+
+def exit_status() -> str:
+    """EXIT STATUS of both command pages: the one table (rdmad/exits.py)."""
+    lines = ["[EXIT STATUS]", "rdmad and rdmad\\-ctl share these codes."]
+    for code, name, meaning in exits.TABLE:
+        lines += [".TP", f"{code} ({troff(name)})", troff(meaning)]
+    return "\n".join(lines)
 
 
 def command_page(page: CommandPage, version: str) -> str:

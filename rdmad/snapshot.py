@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from rdmad.model import NO_DRIVER, Observed, PfObserved, VfObserved, VfSettings, VfSpec
 from rdmad.model.validation import SpecError, validate
 from rdmad.text import safe
+from rdmad.tomlcompat import tomllib
 
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ZERO_MAC = "00:00:00:00:00:00"
@@ -69,6 +71,18 @@ def header_for(observed: Observed, where: str) -> str:
     if unknown:
         text += "\nVF settings not read (so not declared) for: " + ", ".join(unknown)
     return text
+
+
+def snapshot_doc(observed: Observed, where: str) -> dict[str, Any]:
+    """docs/API.md's snapshot document but its "api": ``GET /v1/snapshot`` and `rdmad
+    snapshot --json` print this one (``where``: "this host" or the tree observed)."""
+    text = snapshot(observed, header=header_for(observed, where))
+    return {
+        "toml": text,
+        "config": tomllib.loads(text),
+        "notes": list(observed.notes),
+        "settings_unknown": settings_unknown(observed),
+    }
 
 
 def snapshot(observed: Observed, header: str = "") -> str:

@@ -34,6 +34,7 @@ from rdmad.text import safe
 log = structlog.get_logger("rdmad.status")
 
 HISTORY_LIMIT = 200
+API_VERSION = 1  # the version of docs/API.md's documents ("api" in each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,31 @@ class PlanReport:
     objects: tuple[ObjectStatus, ...]
     dry_run: bool = False
     answered: int = 0
+
+    def to_json(self, source: str) -> dict[str, Any]:
+        """docs/API.md's plan document: ``GET /v1/plan`` (source "daemon") and `rdmad
+        plan --json` (source "local", which adds what it planned from) use this one
+        builder, so both say obj/describe/reason with the same meaning."""
+        return {
+            "api": API_VERSION,
+            "source": source,
+            "at": self.at,
+            "cause": self.cause,
+            "dry_run": self.dry_run,
+            "actions": [
+                {
+                    "obj": a.obj,
+                    "kind": a.kind,
+                    "describe": a.describe(),
+                    "reason": a.reason,
+                    "changes_kernel": a.changes_kernel,
+                }
+                for a in self.actions
+            ],
+            "objects": [
+                {"obj": s.obj, "state": s.state.value, "reason": s.message} for s in self.objects
+            ],
+        }
 
 
 @dataclass(frozen=True, slots=True)

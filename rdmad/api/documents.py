@@ -14,9 +14,8 @@ from typing import Any
 
 from rdmad import __version__
 from rdmad.model import ObjectState
-from rdmad.status import HistoryEntry, ObjectReport, PlanReport, StatusSnapshot
+from rdmad.status import API_VERSION, HistoryEntry, ObjectReport, PlanReport, StatusSnapshot
 
-API_VERSION = 1
 HISTORY_DEFAULT_LIMIT = 200
 
 
@@ -162,25 +161,7 @@ def status_event(snap: StatusSnapshot) -> dict[str, Any]:
 
 
 def plan_doc(report: PlanReport) -> dict[str, Any]:
-    return {
-        "api": API_VERSION,
-        "at": report.at,
-        "cause": report.cause,
-        "dry_run": report.dry_run,
-        "actions": [
-            {
-                "obj": a.obj,
-                "kind": a.kind,
-                "describe": a.describe(),
-                "reason": a.reason,
-                "changes_kernel": a.changes_kernel,
-            }
-            for a in report.actions
-        ],
-        "objects": [
-            {"obj": s.obj, "state": s.state.value, "reason": s.message} for s in report.objects
-        ],
-    }
+    return report.to_json("daemon")
 
 
 @dataclass(frozen=True, slots=True)

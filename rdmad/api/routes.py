@@ -24,9 +24,8 @@ from rdmad.api.waiting import Closed, Waiters
 from rdmad.kernel.pause import MAX_PAUSE, clear_pause, end_pause, write_pause
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Observed
-from rdmad.snapshot import header_for, settings_unknown, snapshot
-from rdmad.status import StatusSnapshot, StatusView
-from rdmad.tomlcompat import tomllib
+from rdmad.snapshot import snapshot_doc
+from rdmad.status import API_VERSION, StatusSnapshot, StatusView
 from rdmad.triggers import Trigger, TriggerQueue
 
 MAX_BODY = 64 * 1024
@@ -128,7 +127,7 @@ class Routes:
         eff = await asyncio.to_thread(config.effective, self.config_location)
         return _json(
             {
-                "api": docs.API_VERSION,
+                "api": API_VERSION,
                 "location": str(self.config_location),
                 "files": list(eff.files),
                 "ok": eff.ok,
@@ -165,15 +164,7 @@ class Routes:
             job.exception()  # retrieved here when the request gave up waiting
 
     def _take_snapshot(self) -> dict[str, Any]:
-        observed = self.observe()
-        text = snapshot(observed, header=header_for(observed, "this host"))
-        return {
-            "api": docs.API_VERSION,
-            "toml": text,
-            "config": tomllib.loads(text),
-            "notes": list(observed.notes),
-            "settings_unknown": settings_unknown(observed),
-        }
+        return {"api": API_VERSION, **snapshot_doc(self.observe(), "this host")}
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         _no_params(request)
@@ -246,7 +237,7 @@ class Routes:
             answered = await self._wait(lambda: self.store.current.answered >= number, wait)
         snap = self.store.current
         doc = {
-            "api": docs.API_VERSION,
+            "api": API_VERSION,
             "queued": True,
             "trigger": number,
             "answered": answered,

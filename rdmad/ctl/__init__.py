@@ -9,7 +9,9 @@ daemon's stack (an import-linter contract and tests/ctl hold this).
     commands.py  one function per command
     render/      tables and lines from the API's documents, one module per document
     offline.py   the saved state file, for when the daemon is down
-    exits.py     the exit codes
+
+The exit codes and the JSON error object are rdmad's, shared with `rdmad`
+(rdmad/exits.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from rdmad.ctl import exits
+from rdmad import exits
 
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -56,19 +58,26 @@ def run(argv: list[str] | None, ctx: Ctx) -> int:
             ctx.warn(str(exc), START_HINT)
         else:
             ctx.warn(str(exc))
-        return exc.exit_code
+        return _failed(args, ctx, exc.exit_code, str(exc))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         # An answer of the wrong shape reached the printing: say so, never a traceback.
-        ctx.warn(
-            f"rdmad's answer is not what this rdmad-ctl expects ({type(exc).__name__}: {exc}); "
-            "is it the same version as the daemon? `--json` shows the answer as it is"
-        )
-        return exits.FAIL
+        why = f"rdmad's answer is not what this rdmad-ctl expects ({type(exc).__name__}: {exc})"
+        ctx.warn(f"{why}; is it the same version as the daemon? `--json` shows the answer as it is")
+        return _failed(args, ctx, exits.FAIL, why)
     except KeyboardInterrupt:
-        return exits.INTERRUPTED
+        return _failed(args, ctx, exits.INTERRUPTED, "interrupted")
     except BrokenPipeError:
         # The reader went away (`rdmad-ctl history | head`): stop quietly; point stdout
         # at /dev/null so the interpreter's final flush does not complain either.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return exits.OK if args.command == "watch" else exits.FAIL
+
+
+def _failed(args: object, ctx: Ctx, code: int, message: str) -> int:
+    """With --json, the failure as the JSON error object on stdout too (a script reads
+    stdout); the words went to stderr already. ``code`` is the exit code."""
+    if getattr(args, "json", False):
+        ctx.json(exits.error_doc(code, message))
+        ctx.out.flush()
+    return code

@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from rdmad import __version__
-from rdmad.ctl import exits
+from rdmad import __version__, exits
 from rdmad.ctl.client import DEFAULT_SOCKET
 from rdmad.ctl.offline import DEFAULT_STATE_DIR
 from rdmad.ctl.paths import DEFAULT_CONFIG
@@ -35,7 +34,7 @@ examples:
   rdmad-ctl --socket /tmp/rdmad.sock watch
 
 """
-    + exits.HELP
+    + exits.help_text()
     + f"""
   When rdmad is not running, `status` (and `history`) say how to start it and
   show what the daemon saved: the state file, its age, the last changes and
@@ -79,8 +78,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the daemon's exact next pass, without applying it",
         "examples:\n  rdmad-ctl plan\n  rdmad-ctl plan --json\n\n"
         "The daemon observes the kernel now and plans with its own state (the config\n"
-        "in force, the rxe links it created, attributes drivers refused). `rdmad\n"
-        "plan` prints the same when the daemon runs.",
+        "in force, the rxe links it created, attributes drivers refused); `rdmad\n"
+        "plan --daemon` prints the same (`rdmad plan` previews the config on disk).\n"
+        "Exit 0 when the plan leaves no object blocked or degraded (changes to make\n"
+        "are fine), 1 when it does.",
     ),
     "history": (
         "changes and events, oldest first",
@@ -101,7 +102,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "examples:\n  rdmad-ctl reload\n  rdmad-ctl reload --wait 0\n\n"
         "Waits (--wait, default 30 s) for the pass that answers it and prints its\n"
         "summary; exit 0 when the node is then converged. An invalid config is\n"
-        "reported and the last good one kept. Needs root or [api] write_group.",
+        "reported, every error listed, and the last good one kept: exit 6. Needs\n"
+        "root or [api] write_group.",
     ),
     "reconcile": (
         "run a reconcile pass now",
@@ -117,7 +119,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "config": (
         "the effective config, each value with the file and key it came from",
-        "examples:\n  rdmad-ctl config\n  rdmad-ctl config --json",
+        "examples:\n  rdmad-ctl config\n  rdmad-ctl config --json\n\n"
+        "Exit 6 when the config on disk is invalid (its errors are listed; the daemon\n"
+        "keeps the last good one).",
     ),
     "guard": (
         "may a PF driver (or rdma_rxe) be unloaded now? (exit 0 yes, 1 no)",
@@ -165,7 +169,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "alternative); rxe availability; SR-IOV capability of the PFs the config\n"
         "declares. Each finding says what was seen and what to do; what could not be\n"
         "read (not root: /proc/kallsyms, the kernel log) is listed.\n"
-        "Exit 1 when something blocks RDMA (a FAIL line), 0 otherwise.",
+        "Exit 1 when something blocks RDMA (a FAIL line), 0 otherwise; 2 when --root\n"
+        "is not a directory.",
     ),
 }
 
@@ -189,13 +194,13 @@ VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir", "--config")
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``argv``, only the sub-command it names is built in
     full (each costs a millisecond or so of start-up), all of them when it names none."""
-    p = argparse.ArgumentParser(
+    p = exits.Parser(
         prog="rdmad-ctl", description=DESCRIPTION, epilog=EPILOG, formatter_class=_Help
     )
     p.add_argument("--version", action="version", version=f"rdmad-ctl {__version__}")
     _common(p, suppress=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False, formatter_class=_Help)
+    common = exits.Parser(add_help=False, formatter_class=_Help)
     _common(common, suppress=True)
     wanted = _command_in(argv)
     for name, (summary, details) in COMMANDS.items():

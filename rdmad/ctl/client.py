@@ -14,8 +14,7 @@ import errno
 import json
 import socket
 
-from rdmad import __version__
-from rdmad.ctl import exits
+from rdmad import __version__, exits
 
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:

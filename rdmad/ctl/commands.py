@@ -1,5 +1,7 @@
 """One function per rdmad-ctl command: ask the API, print text or JSON, return the
-exit code (rdmad/ctl/exits.py).
+exit code (rdmad/exits.py). With ``--json`` a failure prints the JSON error object
+(``{"error": {"code", "exit", "message"}}``) on stdout: beside what there still is to
+show (the saved state when the daemon is down), or alone (``rdmad.ctl.run``).
 
 Everything a command needs from outside (streams, the clock, colour, the boot id)
 comes in a ``Ctx``, so tests run commands in-process against a fixture server
@@ -13,7 +15,8 @@ import os
 import sys
 import time
 
-from rdmad.ctl import exits, offline
+from rdmad import exits
+from rdmad.ctl import offline
 from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed
 from rdmad.ctl.render.config import config_lines
 from rdmad.ctl.render.formats import Style, printable, table, write_lines
@@ -96,7 +99,14 @@ def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
     ctx.warn(str(exc), START_HINT)
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     if args.json:
-        ctx.json({"running": False, "socket": args.socket, "error": str(exc), "state": state})
+        ctx.json(
+            {
+                "running": False,
+                "socket": args.socket,
+                "error": exits.error(exc.exit_code, str(exc)),
+                "state": state,
+            }
+        )
     else:
         ctx.print(offline_lines(state, ctx.now()))
     return exits.NOT_RUNNING
@@ -109,7 +119,14 @@ def plan(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         ctx.json(doc)
     else:
         ctx.print(plan_lines(doc, ctx.now(), f"asked on {args.socket}"))
-    return exits.OK
+    return plan_exit(doc["objects"])
+
+
+def plan_exit(objects: list[dict[str, Any]]) -> int:
+    """0 when the plan reaches the declared state (changes to make are fine), 1 when it
+    leaves an object blocked or degraded: the same rule for `rdmad plan` and this."""
+    stuck = any(o.get("state") in ("blocked", "degraded") for o in objects)
+    return exits.FAIL if stuck else exits.OK
 
 
 def history(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
@@ -141,6 +158,7 @@ def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int
         ctx.json(
             {
                 "running": False,
+                "error": exits.error(exc.exit_code, str(exc)),
                 "file": state["file"],
                 "problem": state["problem"],
                 "entries": entries,
@@ -201,28 +219,36 @@ def reconcile(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
 def _trigger(what: str, args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     target = f"/v1/{what}"
     doc = _doc(client.post(target, {"wait": f"{args.wait:g}"}, wait=args.wait), target)
+    rejected = None
+    if what == "reload" and doc.get("pass") is not None:
+        rejected = _config_rejected(ctx, client)
+        if rejected is not None:
+            doc = {**doc, "error": rejected}
     if args.json:
         ctx.json(doc)
     else:
         ctx.print(trigger_lines(what, doc, args.wait))
     if doc.get("pass") is None:
         return exits.OK if args.wait <= 0 else exits.FAIL
-    if what == "reload" and _config_rejected(ctx, client, args.json):
-        return exits.FAIL
+    if rejected is not None:
+        return exits.CONFIG_INVALID
     return exits.OK if doc.get("converged") is True else exits.FAIL
 
 
-def _config_rejected(ctx: Ctx, client: Client, quiet: bool) -> bool:
+def _config_rejected(ctx: Ctx, client: Client) -> dict[str, object] | None:
     """After a reload: did the daemon refuse the files? The answer's summary only hints
-    at it; the status lists the errors (a script's `reload || ...` must see them)."""
+    at it; the status lists the errors (a script's `reload || ...` must see them). The
+    JSON error object when it did (the errors on stderr too), else None."""
     daemon = _doc(_doc(client.get("/v1/status"), "/v1/status", "daemon")["daemon"], "/v1/status")
-    errors = daemon.get("config_errors") or []
-    if errors and not quiet:
-        kept = "the last good config is kept" if daemon.get("config_ok") else "nothing managed"
-        ctx.warn(f"the config is invalid ({len(errors)} error(s)); {kept}:")
-        for error in errors:
-            ctx.err.write(f"  {safe(str(error))}\n")
-    return bool(errors)
+    errors = [str(e) for e in daemon.get("config_errors") or []]
+    if not errors:
+        return None
+    kept = "the last good config is kept" if daemon.get("config_ok") else "nothing managed"
+    message = f"the config is invalid ({len(errors)} error(s)); {kept}"
+    ctx.warn(f"{message}:")
+    for error in errors:
+        ctx.err.write(f"  {safe(error)}\n")
+    return exits.error(exits.CONFIG_INVALID, message, errors=errors)
 
 
 def snapshot(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
@@ -261,11 +287,15 @@ def _write_atomic(path: str, text: str) -> None:
 
 def config(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     doc = _doc(client.get("/v1/config"), "/v1/config", "files", "values")
+    invalid = doc.get("ok", True) is not True or bool(doc.get("errors"))
     if args.json:
+        if invalid:
+            why = f"the config is invalid ({len(doc.get('errors') or [])} error(s))"
+            doc = {**doc, "error": exits.error(exits.CONFIG_INVALID, why)}
         ctx.json(doc)
     else:
         ctx.print(config_lines(doc))
-    return exits.OK if doc.get("ok", True) is True and not doc.get("errors") else exits.FAIL
+    return exits.CONFIG_INVALID if invalid else exits.OK
 
 
 def guard(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
@@ -306,6 +336,8 @@ def doctor(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
 
     if not os.path.isdir(args.root):
         ctx.warn(f"--root {args.root}: not a directory")
+        if args.json:
+            ctx.json(exits.error_doc(exits.USAGE, f"--root {args.root}: not a directory"))
         return exits.USAGE
     devlink = None
     if os.path.realpath(args.root) == "/":

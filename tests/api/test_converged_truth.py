@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from rdmad import exits
 from rdmad.api import documents as docs
 from rdmad.api.metrics import Metrics
-from rdmad.ctl import commands, exits
+from rdmad.ctl import commands
 from rdmad.model import CONVERGED_STATES, ObjectState
 from rdmad.status import ObjectReport, StatusSnapshot, StatusStore
 from tests.api.metricsutil import parse, value

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rdmad.ctl import exits
+from rdmad import exits
 from tests.ctl.conftest import ctl, fixture
 
 

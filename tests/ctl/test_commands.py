@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rdmad.ctl import exits
+from rdmad import exits
 from rdmad.ctl.render.formats import table
 from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
 
@@ -238,7 +238,7 @@ def test_mutations_wait_for_their_pass(api: ApiStub, what: str) -> None:
     assert ("POST", f"/v1/{what}?wait=30") in api.requests
 
 
-def test_reload_of_an_invalid_config_exits_1_with_its_errors(api: ApiStub) -> None:
+def test_reload_of_an_invalid_config_exits_6_with_its_errors(api: ApiStub) -> None:
     status = fixture("status-converged.json")
     status["daemon"]["config_errors"] = ["/etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int"]
     api.json("GET /v1/status", status)
@@ -246,11 +246,20 @@ def test_reload_of_an_invalid_config_exits_1_with_its_errors(api: ApiStub) -> No
                                  "summary": "2 object(s), 2 converged; config invalid",
                                  "converged": True})  # fmt: skip
     result = ctl("reload", socket=api.socket)
-    assert result.code == exits.FAIL
+    assert result.code == exits.CONFIG_INVALID
     assert result.err == (
         "rdmad-ctl: the config is invalid (1 error(s)); the last good config is kept:\n"
         "  /etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int\n"
     )
+    # With --json: the reload's answer with the error object in it, one document.
+    result = ctl("reload", "--json", socket=api.socket)
+    assert result.code == exits.CONFIG_INVALID
+    assert json.loads(result.out)["error"] == {
+        "code": "config-invalid",
+        "exit": 6,
+        "message": "the config is invalid (1 error(s)); the last good config is kept",
+        "errors": ["/etc/rdmad/rdmad.toml: sriov[0].numvfs: not an int"],
+    }
 
 
 def test_reconcile_without_waiting(api: ApiStub) -> None:
@@ -276,18 +285,29 @@ def test_snapshot_to_an_unwritable_place_changes_nothing(api: ApiStub, short_dir
     assert sorted(p.name for p in short_dir.iterdir()) == ["rdmad.sock"]
 
 
-def test_invalid_config_exits_1(api: ApiStub) -> None:
+def test_invalid_config_exits_6(api: ApiStub) -> None:
     doc = fixture("config.json")
     api.json("GET /v1/config", {**doc, "ok": False, "errors": ["rdmad.toml: sriov[0].numvfs: -1"]})
     result = ctl("config", socket=api.socket)
-    assert result.code == exits.FAIL
+    assert result.code == exits.CONFIG_INVALID
     assert "config INVALID (1 error(s))" in result.out
+    result = ctl("config", "--json", socket=api.socket)
+    assert result.code == exits.CONFIG_INVALID
+    assert json.loads(result.out)["error"]["code"] == "config-invalid"
 
 
 def test_plan_json_is_the_api_document(api: ApiStub) -> None:
     doc = api.fixture("GET /v1/plan", "plan.json")
     result = ctl("plan", "--json", socket=api.socket)
-    assert (result.code, json.loads(result.out)) == (0, doc)
+    # The fixture's plan leaves an object blocked: exit 1, as `rdmad plan`.
+    assert (result.code, json.loads(result.out)) == (exits.FAIL, doc)
+
+
+def test_a_plan_that_reaches_the_declaration_exits_0(api: ApiStub) -> None:
+    doc = fixture("plan.json")
+    doc["objects"] = [o for o in doc["objects"] if o["state"] != "blocked"]
+    api.json("GET /v1/plan", doc)
+    assert ctl("plan", socket=api.socket).code == exits.OK  # changes to make are fine
 
 
 def test_long_reasons_are_cut_to_a_terminal_but_never_in_a_pipe() -> None:

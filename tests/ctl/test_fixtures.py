@@ -57,7 +57,7 @@ def test_other_fixtures_follow_the_api() -> None:
         assert set(e) == {"at", "event", "obj", "what", "reason", "cause", "error", "errno"}
         assert e["event"] in EVENTS
     plan = fixture("plan.json")
-    assert set(plan) == {"api", "at", "dry_run", "actions", "objects"}
+    assert set(plan) == {"api", "source", "at", "cause", "dry_run", "actions", "objects"}
     for a in plan["actions"]:
         assert set(a) == {"obj", "kind", "describe", "reason", "changes_kernel"}
     for o in plan["objects"]:
@@ -66,4 +66,4 @@ def test_other_fixtures_follow_the_api() -> None:
     assert set(config) == {"api", "files", "ok", "errors", "config", "values"}
     for v in config["values"]:
         assert set(v) == {"key", "value", "file", "file_key"}
-    assert set(fixture("snapshot.json")) == {"api", "toml", "config"}
+    assert set(fixture("snapshot.json")) == {"api", "toml", "config", "notes", "settings_unknown"}

@@ -20,7 +20,8 @@ def test_top_level_help_is_a_man_page() -> None:
     ).stdout  # fmt: skip
     for command in COMMANDS:
         assert f"\n    {command} " in out, command
-    for words in ("exit codes:", "  3  rdmad is not running", "  4  permission denied",
+    for words in ("exit codes (rdmad and rdmad-ctl):", "  3  rdmad is not running",
+                  "  4  permission denied", "  6  the config is invalid",
                   "examples:", "files:", "environment:", "RDMAD_SOCKET", "NO_COLOR",
                   "/var/lib/rdmad/state.json", "/run/rdmad/rdmad.sock"):  # fmt: skip
         assert words in out, words
@@ -88,8 +89,9 @@ def test_rdmad_ctl_loads_only_the_standard_library() -> None:
         capture_output=True, text=True, env=ctl_env(), timeout=60, check=True,
     ).stdout.splitlines()  # fmt: skip
     ours = set(out[0].split())
-    # rdmad.text (escaping, standard library only) is the one module it shares with others.
-    shared = ("rdmad", "rdmad.text")
+    # rdmad.text (escaping) and rdmad.exits (the exit codes `rdmad` returns too), both
+    # standard library only, are the modules it shares with others.
+    shared = ("rdmad", "rdmad.text", "rdmad.exits")
     outside = {m for m in ours if m not in shared and not m.startswith("rdmad.ctl")}
     assert outside == set()
     assert out[1] == "", "slow stdlib modules crept into rdmad-ctl's start"

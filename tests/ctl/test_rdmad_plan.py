@@ -12,7 +12,7 @@ import pytest
 from rdmad import config
 from rdmad.cli import main
 from rdmad.ctl.render.plan import plan_body
-from tests.ctl.conftest import ApiStub, Reply, fixture
+from tests.ctl.conftest import ApiStub, Reply
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_the_daemons_plan_on_request(
 ) -> None:
     doc = api.fixture("GET /v1/plan", "plan.json")
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    assert main(["plan", "--daemon"]) == 0
+    assert main(["plan", "--daemon"]) == 1  # its plan leaves an object blocked
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         f"The running rdmad's plan, from the config it loaded ({api.socket}, "
@@ -42,28 +42,28 @@ def test_the_daemons_plan_on_request(
     assert api.requests == [("GET", "/v1/plan")]
 
 
-def test_plan_json_from_the_daemon_keeps_the_local_keys(
+def test_one_plan_document_from_the_daemon_and_from_here(
     api: ApiStub,
     no_config: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    api.fixture("GET /v1/plan", "plan.json")
+    """`rdmad plan --daemon --json` is GET /v1/plan's document as is (and so
+    `rdmad-ctl plan --json`); `rdmad plan --json` has the same keys and words
+    (obj/describe/reason), plus what it planned from."""
+    doc = api.fixture("GET /v1/plan", "plan.json")
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    assert main(["plan", "--json", "--daemon"]) == 0
-    daemon = json.loads(capsys.readouterr().out)
-    assert (daemon["source"], daemon["socket"]) == ("daemon", api.socket)
+    assert main(["plan", "--json", "--daemon"]) == 1
+    assert json.loads(capsys.readouterr().out) == doc
+    (no_config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe9"\nnetdev = { name = "nic9" }\n')
     assert main(["plan", "--json"]) == 0
     local = json.loads(capsys.readouterr().out)
-    assert local["source"] == "local" and local["config"] == {"files": []}
-    assert set(daemon) >= {"objects", "actions", "notes"}
-    assert daemon["objects"][0] == {
-        "object": "sriov pci=0000:00:03.0",
-        "state": "blocked",
-        "message": fixture("plan.json")["objects"][0]["reason"],
+    assert local["source"] == "local" and local["config"] == {
+        "files": [str(no_config / "rdmad.toml")]
     }
-    assert set(daemon["actions"][1]) == {"object", "kind", "changes_kernel", "what", "reason"}
-    assert daemon["actions"][1]["what"] == "rdma link add rxe1 type rxe netdev eth1"
+    assert set(local) == set(doc) | {"config", "root", "state", "notes"}
+    assert local["objects"][0].keys() == doc["objects"][0].keys()
+    assert local["objects"][0]["obj"] == "rxe rxe9" and local["objects"][0]["state"] == "pending"
 
 
 def test_the_plan_previews_the_config_on_disk_while_the_daemon_runs(
@@ -76,7 +76,8 @@ def test_the_plan_previews_the_config_on_disk_while_the_daemon_runs(
     answers "what will this edit do?", naming the files it planned from."""
     api.fixture("GET /v1/plan", "plan.json")  # the daemon's: "Nothing to do" for its config
     monkeypatch.setenv("RDMAD_SOCKET", api.socket)
-    (no_config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe9"\nnetdev = { name = "lo" }\n')
+    # A netdev that is not there: pending on any host (not blocked), so exit 0.
+    (no_config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe9"\nnetdev = { name = "nic9" }\n')
     assert main(["plan"]) == 0
     out = capsys.readouterr().out
     assert f"planned from the config on disk: {no_config / 'rdmad.toml'}" in out
@@ -118,8 +119,12 @@ def test_no_daemon_plans_here_and_asking_it_fails_saying_why(
     captured = capsys.readouterr()
     assert captured.out.startswith("Observed this host")
     assert "Nothing to do" in captured.out and captured.err == ""
-    assert main(["plan", "--daemon"]) == 1
+    assert main(["plan", "--daemon"]) == 3  # rdmad-ctl's code for it
     assert "rdmad is not running" in capsys.readouterr().err
+    assert main(["plan", "--daemon", "--json"]) == 3
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert (error["code"], error["exit"]) == ("not-running", 3)
+    assert error["message"].startswith("rdmad is not running (no socket at ")
 
 
 def test_daemon_that_cannot_answer_is_named(
@@ -136,3 +141,5 @@ def test_daemon_that_cannot_answer_is_named(
     captured = capsys.readouterr()
     assert "no plan from the daemon" in captured.err and "a pass is stuck" in captured.err
     assert captured.out == ""
+    assert main(["plan", "--daemon", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "failed"

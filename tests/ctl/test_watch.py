@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rdmad.ctl import exits
+from rdmad import exits
 from tests.ctl.conftest import ApiStub, Reply, ctl, ctl_process
 
 STATUS = {"summary": "2 object(s), 1 converged, 1 blocked", "converged": False,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from rdmad import exits
 from rdmad.api import documents as docs
-from rdmad.ctl import exits
 from tests.api.test_converged_truth import CASES, ctl_status, rdmad_converged
 from tests.deploy.conftest import DEPLOY, require_tool
 

@@ -17,6 +17,7 @@ Facts found on the way (kernel 6.1, see also shared/LAB.md):
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterator
 from typing import Any
@@ -276,8 +277,10 @@ def test_name_conflicts_reported_never_fixed(rdmad: Guest) -> None:
     g.wait_for("systemctl show -p StatusText --value rdmad.service | grep -q '2 blocked'", 60)
     wait_link(g, "rxc", "labrc1", timeout=5)  # untouched
     assert not present(g, "rxd")
-    plan = g.json("rdmad plan --json", timeout=120)
-    messages = {o["object"]: o["message"] for o in plan["objects"]}
+    planned = g.run("rdmad plan --json", timeout=120)
+    assert planned.rc == 1, planned.describe()  # the plan leaves both objects blocked
+    plan = json.loads(planned.out)
+    messages = {o["obj"]: o["reason"] for o in plan["objects"]}
     assert "rxe rxc is on labrc1" in messages["rxe rxc"], messages
     assert "not created by rdmad" in messages["rxe rxc"], messages
     assert "labrc1 already carries rxe link 'rxc'" in messages["rxe rxd"], messages

@@ -88,7 +88,7 @@ def test_hand_set_node_snapshotted_comes_back_identical_after_reboot(
     )
     # Everything matches; VF 2 is only pinned unbound (driver_override), so that a
     # re-probe cannot bind it again; and no daemon has installed the driver guard yet.
-    assert [a["what"] for a in plan["actions"]] == [
+    assert [a["describe"] for a in plan["actions"]] == [
         f"{vfs[2]}: driver unset -> none",
         "guard `modprobe -r` of igb, rdma_rxe (modprobe.d hook)",
     ], plan

@@ -425,8 +425,10 @@ def test_bad_input_is_reported_and_disturbs_nothing_else(rdmad_guest: Guest) -> 
     assert "3 object(s), 1 converged, 1 pending, 1 blocked" in text, text
     assert f"numvfs 8 exceeds sriov_totalvfs 7 of {pf}" in text, text
     assert g.numvfs(pf) == 0  # never written: the kernel would say ERANGE
-    plan = g.json("rdmad plan --json")
-    states = {o["object"]: (o["state"], o["message"]) for o in plan["objects"]}
+    planned = g.run("rdmad plan --json")
+    assert planned.rc == 1, planned.describe()  # numvfs 8 stays blocked
+    plan = json.loads(planned.out)
+    states = {o["obj"]: (o["state"], o["reason"]) for o in plan["objects"]}
     assert states["sriov pci=0000:99:00.0"] == (
         "pending",
         "PF 0000:99:00.0 is not present (no SR-IOV capable device)",
@@ -486,10 +488,10 @@ def test_snapshot_of_hand_set_vfs_round_trips(rdmad_guest: Guest) -> None:
     plan = g.json("rdmad plan --json", timeout=120)
     # The kernel matches; only the driver guard's hook is still to be written (no daemon
     # has run yet).
-    assert [a["what"] for a in plan["actions"]] == [
+    assert [a["describe"] for a in plan["actions"]] == [
         "guard `modprobe -r` of igb, netdevsim (modprobe.d hook)"
     ], plan
-    assert {o["state"] for o in plan["objects"] if o["object"] != "guard"} == {"converged"}, plan
+    assert {o["state"] for o in plan["objects"] if o["obj"] != "guard"} == {"converged"}, plan
 
     # A drop-in makes the daemon look again every second and log each pass: after its
     # start (READY=1 follows the first pass) and two more passes, nothing was written to

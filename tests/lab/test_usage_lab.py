@@ -199,6 +199,7 @@ def test_vf_netdev_in_another_namespace_is_in_use_naming_it(guest: Guest) -> Non
         )
         res = g.run("rdmad plan --config /tmp/usage/rdmad.toml", timeout=300)
         assert "would destroy VFs in use" in res.out and want in res.out, res.describe()
+        assert res.rc == 1, res.describe()  # a plan that stays blocked
         assert g.numvfs(pf) == 2
         assert g.run(f"ip -n {NETNS} link show {vf1}").ok  # still where its owner put it
     finally:

@@ -1,4 +1,6 @@
-"""The `rdmad` command line: exit codes, human output and --json, on the demo tree."""
+"""The `rdmad` command line: exit codes, human output and --json, on the demo tree.
+
+The demo node's mlx5 PF stays blocked (a VF held by QEMU would go): a plan of it exits 1."""
 
 from __future__ import annotations
 
@@ -39,12 +41,12 @@ def test_check_config_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert "config OK" in capsys.readouterr().out
 
 
-def test_check_config_bad_exits_2_with_every_error(
+def test_check_config_bad_exits_6_with_every_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "rdmad.toml"
     bad.write_text('[daemon]\nsettle = "x"\n[[rxe]]\nname = "r"\nnetdev = {}\n')
-    assert main(["check-config", "--config", str(tmp_path)]) == 2
+    assert main(["check-config", "--config", str(tmp_path)]) == 6
     err = capsys.readouterr().err
     assert "2 error(s)" in err
     assert f"{bad}:2: daemon.settle: not a duration" in err  # FILE:LINE: key
@@ -53,15 +55,16 @@ def test_check_config_bad_exits_2_with_every_error(
 
 def test_check_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "rdmad.toml").write_text("[peermem]\nmode = 7\n")
-    assert main(["check-config", "--json", "--config", str(tmp_path)]) == 2
+    assert main(["check-config", "--json", "--config", str(tmp_path)]) == 6
     data = json.loads(capsys.readouterr().out)
-    assert data["valid"] is False and data["errors"][0]["path"] == "peermem.mode"
-    assert data["errors"][0]["line"] == 2
+    assert data["valid"] is False and data["error"]["code"] == "config-invalid"
+    errors = data["error"]["errors"]
+    assert errors[0]["path"] == "peermem.mode" and errors[0]["line"] == 2
 
 
 def test_plan_on_demo_tree(demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     root, cfg = demo
-    assert main(["plan", "--root", str(root), "--config", str(cfg)]) == 0
+    assert main(["plan", "--root", str(root), "--config", str(cfg)]) == 1
     out = capsys.readouterr().out
     assert f"{IGB_PF}: sriov_numvfs 0 -> 4" in out
     assert "rdma link add rxe0 type rxe netdev eth0" in out
@@ -73,9 +76,9 @@ def test_plan_json_is_what_the_text_says(
     demo: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, cfg = demo
-    assert main(["plan", "--json", "--root", str(root), "--config", str(cfg)]) == 0
+    assert main(["plan", "--json", "--root", str(root), "--config", str(cfg)]) == 1
     data = json.loads(capsys.readouterr().out)
-    states = {o["object"]: o["state"] for o in data["objects"]}
+    states = {o["obj"]: o["state"] for o in data["objects"]}
     assert states == {
         f"sriov pci={MLX5_PF}": "blocked",
         "sriov name=enp94s0f0": "pending",
@@ -85,7 +88,7 @@ def test_plan_json_is_what_the_text_says(
     assert kinds == ["set-ib-vf", "blocked", "bind-vf", "set-numvfs", "add-rxe", "sync-guard-hook"]
     # The fake tree's PFs have no driver/module link (built in, as far as it shows): only
     # rdma_rxe gets a hook, for the declared rxe link.
-    assert data["actions"][-1]["what"] == "guard `modprobe -r` of rdma_rxe (modprobe.d hook)"
+    assert data["actions"][-1]["describe"] == "guard `modprobe -r` of rdma_rxe (modprobe.d hook)"
 
 
 def test_plan_with_bad_config_changes_nothing(
@@ -95,9 +98,32 @@ def test_plan_with_bad_config_changes_nothing(
     bad = tmp_path / "bad.toml"
     bad.write_text("[[sriov]]\nnumvfs = -1\n")
     before = sorted(p.name for p in root.rglob("*"))
-    assert main(["plan", "--root", str(root), "--config", str(bad)]) == 2
+    assert main(["plan", "--root", str(root), "--config", str(bad)]) == 6
     assert "sriov[0].pf: required key is missing" in capsys.readouterr().err
+    assert main(["plan", "--json", "--root", str(root), "--config", str(bad)]) == 6
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "config-invalid"
+    assert "sriov[0].pf" in [e["path"] for e in error["errors"]]
     assert sorted(p.name for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", [["plan"], ["snapshot"], ["run", "--dry-run"]])
+def test_a_root_that_is_not_there_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Not an empty node ("0 PFs", everything to create): the path is wrong."""
+    missing = tmp_path / "nonexistent"
+    config = [] if command[0] == "snapshot" else ["--config", str(tmp_path)]
+    assert main([*command, "--root", str(missing), *config]) == 2
+    assert f"--root {missing}: not a directory" in capsys.readouterr().err
+    if command[0] != "run":
+        assert main([*command, "--json", "--root", str(missing)]) == 2
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error == {
+            "code": "usage",
+            "exit": 2,
+            "message": f"--root {missing}: not a directory",
+        }
 
 
 def test_plan_on_this_host_with_nothing_declared(
@@ -123,7 +149,7 @@ def test_snapshot_round_trip_on_demo_tree(
     assert main(["plan", "--json", "--root", str(root), "--config", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
     # Converged but for pinning the unbound VF with driver_override (its binding stays).
-    assert [a["what"] for a in data["actions"]] == [f"{MLX5_VFS[3]}: driver unset -> none"]
+    assert [a["describe"] for a in data["actions"]] == [f"{MLX5_VFS[3]}: driver unset -> none"]
 
 
 def test_snapshot_to_stdout_and_json(
@@ -136,9 +162,12 @@ def test_snapshot_to_stdout_and_json(
     assert main(["snapshot", "--json", "--root", str(root)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["toml"] == text and data["settings_unknown"] == [MLX5_PF]
+    # GET /v1/snapshot's document, as `rdmad-ctl snapshot --json` prints it
+    assert set(data) == {"api", "toml", "config", "notes", "settings_unknown"}
+    assert data["config"]["sriov"][0]["pf"] == {"pci": MLX5_PF}
 
 
-def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) -> None:
+def test_check_config_lists_every_unreadable_file_and_exits_6(tmp_path: Path) -> None:
     (tmp_path / "rdmad.toml").write_text("[daemon]\nsettle = 'soon'\n")
     d = tmp_path / "rdmad.d"
     d.mkdir()
@@ -152,7 +181,7 @@ def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) ->
         cwd=REPO,
         check=False,
     )
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 6, out.stderr
     lines = out.stderr.splitlines()
     assert lines[0] == "rdmad: 4 error(s) in the config:"
     assert lines[1:] == [
@@ -170,8 +199,8 @@ def test_check_config_lists_every_unreadable_file_and_exits_2(tmp_path: Path) ->
         cwd=REPO,
         check=False,
     )
-    assert js.returncode == 2
-    errors = json.loads(js.stdout)["errors"]
+    assert js.returncode == 6
+    errors = json.loads(js.stdout)["error"]["errors"]
     last = (errors[-1]["file"], errors[-1]["path"])
     assert len(errors) == 4 and last == (str(tmp_path / "rdmad.toml"), "daemon.settle")
 
@@ -200,17 +229,17 @@ def test_plan_deletes_a_link_rdmad_created_this_boot(
 ) -> None:
     root, cfg = stale_rxe
     st = _state_file(tmp_path / "state" / "state.json", "boot-2", ["rxe9"])
-    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 1
     out = capsys.readouterr().out
     assert f"state: {st}, written this boot: rdmad-created rxe links: rxe9" in out
     assert "[rxe rxe9] rdma link delete rxe9" in out
 
     assert (
-        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 1
     )
     data = json.loads(capsys.readouterr().out)
     assert data["state"]["managed_rxe"] == ["rxe9"]
-    assert [a["what"] for a in data["actions"] if a["kind"] == "delete-rxe"] == [
+    assert [a["describe"] for a in data["actions"] if a["kind"] == "delete-rxe"] == [
         "rdma link delete rxe9"
     ]
 
@@ -220,7 +249,7 @@ def test_plan_with_a_state_from_another_boot_deletes_nothing(
 ) -> None:
     root, cfg = stale_rxe
     st = _state_file(tmp_path / "state.json", "boot-1", ["rxe9"])
-    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+    assert main(["plan", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 1
     out = capsys.readouterr().out
     assert f"state: {st} is from an earlier boot: rdmad owns no rxe link" in out
     assert "rxe9" not in out.split("state:")[1].split("\n", 1)[1]  # no action names it
@@ -246,7 +275,7 @@ def test_plan_without_a_usable_state_owns_nothing_and_changes_nothing(
     if content is not None:
         st.write_text(content)
     assert (
-        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 0
+        main(["plan", "--json", "--root", str(root), "--config", str(cfg), "--state", str(st)]) == 1
     )
     data = json.loads(capsys.readouterr().out)
     assert data["state"]["line"].startswith(line.format(st=st))

@@ -161,7 +161,7 @@ def test_rdmad_plan_prints_the_reason(tmp_path: Path) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = cli.main(["plan", "--root", str(tmp_path / "root"), "--config", str(cfg)])
-    assert code == 0
+    assert code == 1  # the rxe link stays blocked: the plan cannot reach the declaration
     assert NO_SUPPORT in out.getvalue(), out.getvalue()
     assert "modules_disabled" not in out.getvalue()
 
