@@ -204,7 +204,10 @@ def watch(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
             ctx.out.flush()  # a line as it happens, also into a pipe
     except KeyboardInterrupt:
         return exits.OK
-    ctx.warn("rdmad closed the event stream (it stopped or restarted, or this reader fell behind)")
+    why = "rdmad closed the event stream (it stopped or restarted, or this reader fell behind)"
+    ctx.warn(why)
+    if args.json:  # one JSON object a line, the last one says why the stream ended
+        ctx.out.write(json.dumps(exits.error_doc(exits.FAIL, why)) + "\n")
     return exits.FAIL
 
 

@@ -85,5 +85,7 @@ def test_error_answers(aiohttp_socket: str) -> None:
 
 def test_chunked_event_stream(aiohttp_socket: str) -> None:
     result = ctl("watch", "--json", socket=aiohttp_socket)
-    assert [json.loads(line)["data"]["passes"] for line in result.out.splitlines()] == [1, 2]
+    *events, end = [json.loads(line) for line in result.out.splitlines()]
+    assert [e["data"]["passes"] for e in events] == [1, 2]
     assert result.code == exits.FAIL and "closed the event stream" in result.err
+    assert end["error"]["exit"] == exits.FAIL

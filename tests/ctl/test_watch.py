@@ -41,10 +41,14 @@ def test_three_events_then_the_daemon_closes(api: ApiStub) -> None:
 
 def test_watch_json_is_one_object_per_line(api: ApiStub) -> None:
     api.routes["GET /v1/events"] = Reply(content_type="text/event-stream", events=EVENTS)
-    lines = ctl("watch", "--json", socket=api.socket).out.splitlines()
-    assert [json.loads(line) for line in lines] == [
-        {"event": event, "data": json.loads(data)} for event, data in EVENTS
-    ]
+    result = ctl("watch", "--json", socket=api.socket)
+    *lines, last = [json.loads(line) for line in result.out.splitlines()]
+    assert lines == [{"event": event, "data": json.loads(data)} for event, data in EVENTS]
+    # The stream ended (exit 1): the last line is the JSON error object saying so.
+    assert result.code == exits.FAIL
+    assert (
+        last["error"]["code"] == "failed" and "closed the event stream" in last["error"]["message"]
+    )
 
 
 def test_refused_event_stream(api: ApiStub) -> None:
