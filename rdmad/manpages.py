@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmad import __version__
+from rdmad.configguide import EXAMPLES, NOT_DONE
 from rdmad.configref import Table, tables
 
 
@@ -223,6 +224,23 @@ def _table(t: Table) -> list[str]:
     return lines
 
 
+def _guide() -> list[str]:
+    """EXAMPLES and WHAT RDMAD DOES NOT DO, from rdmad/configguide.py (as
+    docs/CONFIG-REFERENCE.md shows them): each example's file kept line for line."""
+    lines = [
+        ".SH EXAMPLES",
+        "Whole config files of real setups (each passes \\fBrdmad check\\-config\\fR); "
+        "one can be a drop\\-in of its own in /etc/rdmad/rdmad.d/.",
+    ]
+    for ex in EXAMPLES:
+        lines += [f".SS {troff(ex.title)}", troff(ex.text), ".PP", ".RS 4"]
+        lines += [_nofill(ex.toml), ".RE"]
+    lines.append(".SH WHAT RDMAD DOES NOT DO")
+    for subject, what in NOT_DONE:
+        lines += [".TP", f"\\fB{troff(subject)}\\fR", troff(what)]
+    return lines
+
+
 def config_page(version: str) -> str:
     """rdmad.toml(5): every table and key of the schema, with type, default, meaning."""
     lines = [
@@ -240,6 +258,7 @@ def config_page(version: str) -> str:
     lines.append(".SH TABLES AND KEYS")
     for t in tables():
         lines += _table(t)
+    lines += _guide()
     lines += [
         ".SH FILES",
         ".TP",
