@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.packaging.conftest import REPO, need
+from tests.packaging.test_docs import DOC, rpm_docs
 from tests.packaging.test_targets import TARGETS, bundled_for
 
 
@@ -36,8 +37,7 @@ def test_rpm_files(rpm: Path) -> None:
         "/etc/rdmad/rdmad.d",
         "/etc/rdmad/rdmad.toml",
         "/usr/share/doc/rdmad/examples/rdmad.toml",
-        "/usr/share/doc/rdmad/API.md",
-        "/usr/share/doc/rdmad/METRICS.md",
+        *(f"/{DOC}/{dest}" for dest in rpm_docs()),
         "/usr/share/licenses/rdmad/LICENSE",
         "/usr/lib/systemd/system-preset/50-rdmad.preset",
     ):
