@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from tests.packaging.conftest import REPO, need
+from tests.packaging.test_completions import wanted
 from tests.packaging.test_docs import DOC, deb_docs
 
 SITE = "usr/lib/rdmad/lib/python3.11/site-packages"
@@ -55,8 +56,10 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
     # No pip, setuptools or build tools left in the runtime venv.
     names = {p.name.split("-")[0].lower() for p in (deb_tree / SITE).glob("*.dist-info")}
     assert not names & {"pip", "setuptools", "wheel", "packaging", "argparse_manpage"}
-    if (REPO / "completion" / "rdmad-ctl.bash").is_file():
-        assert (deb_tree / "usr/share/bash-completion/completions/rdmad-ctl").is_file()
+    for src, dest in wanted("deb").items():
+        assert (deb_tree / dest.lstrip("/")).read_bytes() == (
+            REPO / "completion" / src
+        ).read_bytes()
 
 
 def test_deb_man_pages_cover_every_command(deb_tree: Path) -> None:
