@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmad import __version__, exits
+from rdmad.configguide import EXAMPLES, NOT_DONE
 from rdmad.configref import Table, tables
 
 
@@ -66,10 +67,25 @@ the local API, [api] socket
 .TP
 \&/etc/modprobe.d/rdmad\-guard.conf
 the driver guard's hook, written and removed by the daemon
+[LOGGING]
+One event per line to the journal (\fBjournalctl \-u rdmad\fR), logfmt or JSON
+([daemon] log_format); every event, its level and its fields:
+\&/usr/share/doc/rdmad/LOGS.md.
+[UPGRADE AND ROLLBACK]
+An upgrade keeps the config and restarts rdmad, which tears nothing down: it
+observes the kernel again and plans nothing for what already matches. The state
+file carries a format version: a file of another version (a release with another
+format wrote it: a rollback) is moved aside to state.json.corrupt and rebuilt;
+history and the record of the rxe links rdmad made in this boot are lost, nothing
+in the kernel changes.
+An older rdmad refuses config keys it does not know: the whole config is invalid,
+and nothing managed, until they are taken out. The details:
+\&/usr/share/doc/rdmad/README.md.
 [SEE ALSO]
 \fBrdmad\-ctl\fR(8), \fBrdmad.toml\fR(5), \fBsystemctl\fR(1), \fBrdma\fR(8),
-\fBip\-link\fR(8); /usr/share/doc/rdmad/ (README.md, API.md, METRICS.md,
-CONFIG.md, GUARD.md)
+\fBip\-link\fR(8); /usr/share/doc/rdmad/README.md (start there), with CONFIG.md,
+CONFIG\-REFERENCE.md, PLANNER.md, GUARD.md, API.md, METRICS.md, LOGS.md and
+FLEET.md beside it
 """
 
 CTL_SECTIONS = r"""
@@ -224,6 +240,23 @@ def _table(t: Table) -> list[str]:
     return lines
 
 
+def _guide() -> list[str]:
+    """EXAMPLES and WHAT RDMAD DOES NOT DO, from rdmad/configguide.py (as
+    docs/CONFIG-REFERENCE.md shows them): each example's file kept line for line."""
+    lines = [
+        ".SH EXAMPLES",
+        "Whole config files of real setups (each passes \\fBrdmad check\\-config\\fR); "
+        "one can be a drop\\-in of its own in /etc/rdmad/rdmad.d/.",
+    ]
+    for ex in EXAMPLES:
+        lines += [f".SS {troff(ex.title)}", troff(ex.text), ".PP", ".RS 4"]
+        lines += [_nofill(ex.toml), ".RE"]
+    lines.append(".SH WHAT RDMAD DOES NOT DO")
+    for subject, what in NOT_DONE:
+        lines += [".TP", f"\\fB{troff(subject)}\\fR", troff(what)]
+    return lines
+
+
 def config_page(version: str) -> str:
     """rdmad.toml(5): every table and key of the schema, with type, default, meaning."""
     lines = [
@@ -241,13 +274,15 @@ def config_page(version: str) -> str:
     lines.append(".SH TABLES AND KEYS")
     for t in tables():
         lines += _table(t)
+    lines += _guide()
     lines += [
         ".SH FILES",
         ".TP",
         "/usr/share/doc/rdmad/examples/rdmad.toml",
         "every key with a comment",
         ".SH SEE ALSO",
-        "\\fBrdmad\\fR(8), \\fBrdmad\\-ctl\\fR(8); /usr/share/doc/rdmad/CONFIG.md",
+        "\\fBrdmad\\fR(8), \\fBrdmad\\-ctl\\fR(8); /usr/share/doc/rdmad/CONFIG.md, "
+        "/usr/share/doc/rdmad/CONFIG\\-REFERENCE.md",
     ]
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 from tests.packaging.conftest import REPO, need
+from tests.packaging.test_completions import wanted
+from tests.packaging.test_docs import DOC, deb_docs
 
 SITE = "usr/lib/rdmad/lib/python3.11/site-packages"
 
@@ -36,16 +38,16 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "usr/share/doc/rdmad/examples/rdmad.toml",
         "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
         "usr/share/doc/rdmad/API.md",  # named by --help and error answers
-        "usr/share/doc/rdmad/METRICS.md",
-        "usr/share/doc/rdmad/CONFIG.md",
-        "usr/share/doc/rdmad/CONFIG-REFERENCE.md",
-        "usr/share/doc/rdmad/GUARD.md",
         "usr/share/man/man8/rdmad.8.gz",
         "usr/share/man/man8/rdmad-ctl.8.gz",
         "usr/share/man/man5/rdmad.toml.5.gz",
     ):
         assert (deb_tree / path).exists(), path
     assert (deb_tree / "etc/rdmad/rdmad.d").is_dir()
+    # Every document the packaging files ship (test_docs.py reads them), uncompressed, and
+    # the node's README as the README.
+    for dest, src in deb_docs().items():
+        assert (deb_tree / DOC / dest).read_bytes() == src.read_bytes(), dest
     # The venv runs on the system's python3.11 (a Depends), wherever dh_link pointed it.
     python = deb_tree / "usr/lib/rdmad/bin/python3"
     assert os.path.normpath(python.parent / os.readlink(python)) == str(
@@ -54,8 +56,10 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
     # No pip, setuptools or build tools left in the runtime venv.
     names = {p.name.split("-")[0].lower() for p in (deb_tree / SITE).glob("*.dist-info")}
     assert not names & {"pip", "setuptools", "wheel", "packaging", "argparse_manpage"}
-    if (REPO / "completion" / "rdmad-ctl.bash").is_file():
-        assert (deb_tree / "usr/share/bash-completion/completions/rdmad-ctl").is_file()
+    for src, dest in wanted("deb").items():
+        assert (deb_tree / dest.lstrip("/")).read_bytes() == (
+            REPO / "completion" / src
+        ).read_bytes()
 
 
 def test_deb_man_pages_cover_every_command(deb_tree: Path) -> None:

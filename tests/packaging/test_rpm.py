@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.packaging.conftest import REPO, need
+from tests.packaging.test_completions import wanted
+from tests.packaging.test_docs import DOC, rpm_docs
 from tests.packaging.test_targets import TARGETS, bundled_for
 
 
@@ -36,8 +38,7 @@ def test_rpm_files(rpm: Path) -> None:
         "/etc/rdmad/rdmad.d",
         "/etc/rdmad/rdmad.toml",
         "/usr/share/doc/rdmad/examples/rdmad.toml",
-        "/usr/share/doc/rdmad/API.md",
-        "/usr/share/doc/rdmad/METRICS.md",
+        *(f"/{DOC}/{dest}" for dest in rpm_docs()),
         "/usr/share/licenses/rdmad/LICENSE",
         "/usr/lib/systemd/system-preset/50-rdmad.preset",
     ):
@@ -46,8 +47,8 @@ def test_rpm_files(rpm: Path) -> None:
     for page in ("man8/rdmad.8", "man8/rdmad-ctl.8", "man5/rdmad.toml.5"):
         assert [f for f in files if f.startswith(f"/usr/share/man/{page}")], page
     assert not [f for f in files if re.search(r"/(pip|setuptools)(-[^/]*)?/", f)]
-    if (REPO / "completion" / "rdmad-ctl.bash").is_file():
-        assert "/usr/share/bash-completion/completions/rdmad-ctl" in files
+    for dest in wanted("rpm").values():
+        assert dest in files, dest
     # Same unit as the source tree, byte for byte.
     unit = subprocess.run(
         f"rpm2cpio {rpm} | cpio -i --to-stdout ./usr/lib/systemd/system/rdmad.service",
