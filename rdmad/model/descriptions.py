@@ -172,12 +172,13 @@ DESCRIPTIONS: dict[str, str] = {
     "[peermem]": (
         "GPUDirect peer memory: the peer-memory module for the running kernel "
         "(`nvidia-peermem`, else `nvidia-p2p`) loaded when `nvidia` and `ib_core` both "
-        "are; never unloaded."
+        "are; never unloaded. Not declared: rdmad leaves it alone. A GPU node that wants "
+        'it loaded declares so: `mode = "auto"` under `[peermem]`.'
     ),
     "peermem.mode": (
         "`auto`: load it; while it cannot be, the object is blocked (converged, with a "
         "note, when DMA-BUF works without it). `require`: load it; degraded while it is "
-        "not loaded. `off`: never load it."
+        "not loaded. `off` (the default): never load it, and say nothing about it."
     ),
     # [rdma]
     "[rdma]": "The RDMA subsystem, node-wide.",
