@@ -88,7 +88,9 @@ def test_broken_node(tmp_path: Path, variant: list[str]) -> None:
 
 def test_broken_node_findings(tmp_path: Path) -> None:
     broken(tmp_path / "root")
-    report = run_checks(Root(str(tmp_path / "root")), None)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/rdmad.toml").write_text('[peermem]\nmode = "auto"\n')
+    report = run_checks(Root(str(tmp_path / "root")), str(tmp_path / "etc"))
     by = {c.id: c for c in report.checks}
     assert by["rdma-devices"].status == "fail"
     assert f"{CX}: Mellanox/NVIDIA function with no driver bound" in by["rdma-devices"].evidence
@@ -147,6 +149,44 @@ def test_peermem_mode_off_from_the_config(tmp_path: Path) -> None:
     (tmp_path / "etc/rdmad.toml").write_text('[peermem]\nmode = "off"\n')
     _, out, _ = doctor(tmp_path)
     assert "peermem         info    [peermem] mode = off" in out
+
+
+def test_undeclared_peermem_is_said_not_a_failure(tmp_path: Path) -> None:
+    """The shipped config declares no [peermem]: rdmad leaves peer memory alone, so the
+    doctor says what declaring it would meet (the same findings) without failing."""
+    broken(tmp_path / "root")
+    config = tmp_path / "etc"
+    config.mkdir()
+    by = {c.id: c for c in run_checks(Root(str(tmp_path / "root")), str(config)).checks}
+    assert by["peermem"].status == "info"
+    assert by["peermem"].summary.startswith("not declared (rdmad leaves it alone); ")
+    assert next(f["id"] for f in by["peermem"].findings) == "modules-disabled"
+    assert 'declare [peermem] mode = "auto"' in by["peermem"].suggestion
+    (config / "rdmad.toml").write_text('[peermem]\nmode = "auto"\n')
+    by = {c.id: c for c in run_checks(Root(str(tmp_path / "root")), str(config)).checks}
+    assert by["peermem"].status == "fail"
+
+
+def test_undeclared_peermem_on_a_node_without_a_gpu_gives_no_advice(tmp_path: Path) -> None:
+    gpu_node(tmp_path / "root", loaded=("ib_core",))
+    checks = run_checks(Root(str(tmp_path / "root")), None).checks
+    [check] = [c for c in checks if c.id == "peermem"]
+    assert check.status == "info" and check.suggestion == ""
+
+
+@pytest.mark.parametrize(("declared", "status"), [(False, "info"), (True, "fail")])
+def test_missing_rdma_rxe_fails_only_when_rxe_links_are_declared(
+    tmp_path: Path, declared: bool, status: str
+) -> None:
+    gpu_node(tmp_path / "root")  # no rdma_rxe in its module tree
+    config = tmp_path / "etc"
+    config.mkdir()
+    if declared:
+        (config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe0"\nnetdev = { name = "eth0" }\n')
+    report = run_checks(Root(str(tmp_path / "root")), str(config))
+    [check] = [c for c in report.checks if c.id == "rxe"]
+    assert check.status == status
+    assert ("[[rxe]] links are declared" in check.summary) is declared
 
 
 def _digest(root: Path) -> dict[str, tuple[int, str]]:
