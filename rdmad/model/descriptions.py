@@ -123,7 +123,10 @@ DESCRIPTIONS: dict[str, str] = {
     "sriov.vf.mac": "The VF's MAC address.",
     "sriov.vf.vlan": "The VF's VLAN ID (0: none).",
     "sriov.vf.qos": "The VLAN priority; needs `vlan`.",
-    "sriov.vf.vlan_proto": "The VLAN protocol; needs `vlan`.",
+    "sriov.vf.vlan_proto": (
+        "The VLAN protocol; needs `vlan`. Unset: a `vlan` is sent as 802.1Q (as `ip link "
+        "set ... vlan V` does), and a VF reading another protocol is moved to it."
+    ),
     "sriov.vf.spoofchk": "Spoof checking of the VF's source MAC and VLAN.",
     "sriov.vf.trust": (
         "Trust: a trusted VF may change its own MAC and use promiscuous or all-multicast mode."
