@@ -15,7 +15,9 @@ DESCRIPTIONS: dict[str, str] = {
     "[daemon]": (
         "How the daemon runs. Each key that is valid on its own is used at start even "
         "when the config as a whole is invalid: logging and the state directory are "
-        "chosen before the rest is read."
+        "chosen before the rest is read. A reload applies `drift_interval`, `settle` and "
+        "`startup_timeout`; a changed `log_format`, `log_level` or `state_dir` needs a "
+        "restart, and the reload says so (status note, history, journal)."
     ),
     "daemon.drift_interval": (
         "How often a pass runs without any event, to catch what no event reports; "
@@ -40,7 +42,8 @@ DESCRIPTIONS: dict[str, str] = {
     # [api]
     "[api]": (
         "The local UNIX-socket API that `rdmad-ctl` talks to ([API.md](API.md)). Read "
-        "once, at start; an invalid config elsewhere does not take it away."
+        "once, at start; an invalid config elsewhere does not take it away. A reload that "
+        "changes it says that it needs a restart (status note, history, journal)."
     ),
     "api.socket": "The socket's path; made root:`read_group`, mode 0660, before it listens.",
     "api.read_group": (
@@ -56,7 +59,8 @@ DESCRIPTIONS: dict[str, str] = {
     "[metrics]": (
         "Prometheus metrics ([METRICS.md](METRICS.md)): always served on the API socket "
         "at `/metrics`; these keys add a node_exporter textfile and a TCP listener, both "
-        "off by default. Read at start: a change needs a restart."
+        "off by default. Read at start: a change needs a restart, and a reload that "
+        "changes them says so (status note, history, journal)."
     ),
     "metrics.textfile_dir": (
         "A node_exporter textfile collector directory: `rdmad.prom` is written there "
