@@ -20,6 +20,7 @@ from typing import Any
 from rdmad import modsupport
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
+from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
 from rdmad.doctor.rdmasys import rdma_netns
@@ -59,9 +60,9 @@ def run_checks(
         sriov(fs, cfg, cfg_note),
         rdma_netns(fs, cfg),
     ]
-    eswitch = eswitch_check(fs, cfg, devlink)
-    if eswitch is not None:
-        checks.append(eswitch)
+    for extra in (eswitch_check(fs, cfg, devlink), openibd_check(fs)):
+        if extra is not None:
+            checks.append(extra)
     if release:
         notes.insert(0, f"kernel {release}")
     unread = tuple(f"{path}: {why}" for path, why in sorted(fs.refused.items()))

@@ -109,7 +109,10 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "sriov.driver_guard": (
         "Refuse `modprobe -r` of the PF's driver while its VFs are in use (a hook rdmad "
-        "keeps in `/etc/modprobe.d/rdmad-guard.conf`; [GUARD.md](GUARD.md))."
+        "keeps in `/etc/modprobe.d/rdmad-guard.conf`; [GUARD.md](GUARD.md)); where "
+        "MOFED/DOCA's `openibd.service` exists, its stop asks the guard first too (a "
+        "runtime drop-in made from the unit's own `ExecStop=`). On by default for a "
+        "declared PF: nothing is guarded where no PF (and no rxe link) is declared."
     ),
     "sriov.in_use_drift": (
         "A VF in use whose settings drifted from the declaration: `report` says so and "

@@ -225,7 +225,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
     allowed = (
         "rdmad.ctl", "rdmad.doctor", "rdmad.peermem", "rdmad.modsupport", "rdmad.text",
         "rdmad.tomlfiles", "rdmad.tomlcompat",  # tomllib (tomli on Python 3.10)
-        "rdmad.netnsnames",
+        "rdmad.netnsnames", "rdmad.openibd",  # openibd.service's stop, read as the daemon reads it
     )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before
@@ -340,3 +340,35 @@ def test_on_this_host_devlink_adds_only_its_pure_codec(tmp_path: Path) -> None:
         "rdmad.kernel", "rdmad.kernel.netlink", "rdmad.kernel.netlink.devlink_codec",
         "rdmad.kernel.netlink.nlcodec",
     }  # fmt: skip
+
+
+def test_openibd_says_whether_its_stop_asks_the_guard(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+
+    def check() -> Check:
+        checks = run_checks(Root(str(tmp_path / "root")), None).checks
+        return next(c for c in checks if c.id == "openibd")
+
+    assert not [c for c in run_checks(Root(str(fs.root)), None).checks if c.id == "openibd"]
+    fs.write("lib/systemd/system/openibd.service", "[Service]\nExecStop=/etc/init.d/openibd stop")
+    assert (check().status, check().summary) == (
+        "info",
+        "openibd.service: not guarded (no guard declared)",
+    )
+    fs.write(
+        "etc/modprobe.d/rdmad-guard.conf", "remove igb [ -e /p ] || exec ...; exec /p remove igb"
+    )
+    assert check().status == "warn" and "drop-in is missing" in check().summary
+    fs.write(
+        "run/systemd/system/openibd.service.d/rdmad-guard.conf",
+        "[Service]\nExecStop=\nExecStop=/bin/sh -c 'check'\nExecStop=/etc/init.d/openibd stop",
+    )
+    assert (check().status, check().summary) == (
+        "ok",
+        "openibd.service: its stop asks the guard first",
+    )
+    fs.write("lib/systemd/system/openibd.service", "[Service]\nExecStop=/opt/doca/stop")
+    assert "does not run what the unit runs" in check().summary
+    (fs.root / "etc/systemd/system/openibd.service.d").mkdir(parents=True)
+    os.symlink("gone", fs.root / "etc/systemd/system/openibd.service.d/x.conf")
+    assert check().status == "warn" and "cannot be known" in check().summary

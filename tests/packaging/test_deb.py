@@ -31,7 +31,6 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "lib/systemd/system/rdmad.service",
         "usr/lib/sysusers.d/rdmad.conf",
         "usr/share/rdmad/metrics-tcp.conf",
-        "lib/systemd/system/openibd.service.d/rdmad-guard.conf",
         "etc/rdmad/rdmad.toml",
         "usr/share/doc/rdmad/examples/rdmad.toml",
         "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
@@ -46,6 +45,9 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
     ):
         assert (deb_tree / path).exists(), path
     assert (deb_tree / "etc/rdmad/rdmad.d").is_dir()
+    # No static drop-in for openibd.service: rdmad writes one, from the unit's own
+    # ExecStop=, only while a guard is declared.
+    assert not list(deb_tree.rglob("openibd.service.d"))
     # The venv runs on the system's python3.11 (a Depends), wherever dh_link pointed it.
     python = deb_tree / "usr/lib/rdmad/bin/python3"
     assert os.path.normpath(python.parent / os.readlink(python)) == str(
