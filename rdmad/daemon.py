@@ -295,7 +295,11 @@ async def serve(opts: RunOptions) -> int:
         notifier=gate,
         sources=sources,
         boot_id=read_boot_id(),
-        options=AgentOptions(dry_run=opts.dry_run, watchdog_interval=watchdog_interval()),
+        options=AgentOptions(
+            dry_run=opts.dry_run,
+            watchdog_interval=watchdog_interval(),
+            started_with=services.start_settings(opts.config, spec),
+        ),
     )
     early = services.EarlyChanges(agent.status)  # metrics count the first pass too
     loop = asyncio.get_running_loop()

@@ -67,6 +67,10 @@ the local API, [api] socket
 .TP
 \&/etc/modprobe.d/rdmad\-guard.conf
 the driver guard's hook, written and removed by the daemon
+.TP
+\&/run/systemd/system/openibd.service.d/rdmad\-guard.conf
+while a guard is declared and MOFED/DOCA's openibd.service exists: its stop asks the
+guard first, then runs the unit's own ExecStop= lines (docs/GUARD.md)
 [LOGGING]
 One event per line to the journal (\fBjournalctl \-u rdmad\fR), logfmt or JSON
 ([daemon] log_format); every event, its level and its fields:
@@ -222,6 +226,11 @@ under one PF is an error, and so is one MAC declared for two VFs of a PF. Any ke
 listed here is an error. `rdmad check-config` validates the files and prints every
 error; `rdmad-ctl config` shows the effective value of each key and the file it came
 from.
+
+What is not declared is never touched: a config that declares nothing (as installed)
+changes nothing, loads no module, guards no driver and reports nothing blocked or
+degraded, on a GPU node too. A GPU node that wants nvidia-peermem loaded declares
+`mode = "auto"` under [peermem].
 
 A **duration** is a number of seconds or a string with a unit: `"150ms"`, `"30s"`,
 `"5m"`, `"1h"`. **required**: every entry of the table gives the key; **unset**: no

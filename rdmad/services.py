@@ -31,7 +31,7 @@ import structlog
 
 from rdmad import config
 from rdmad.agent import Notifier
-from rdmad.model import ApiSpec, MetricsSpec
+from rdmad.model import ApiSpec, DaemonSpec, Desired, MetricsSpec
 from rdmad.status import Change, StatusView
 from rdmad.triggers import TriggerQueue
 
@@ -190,6 +190,13 @@ async def start_services(
     finally:
         gate.open()
     return services
+
+
+def start_settings(location: Path, daemon: DaemonSpec) -> Desired:
+    """The settings the daemon sets itself up with once ([daemon] logging and state
+    directory, [api], [metrics]), read as ``start_services`` reads them: what a reload
+    that changes them must say needs a restart (``rdmad.config.restart``)."""
+    return Desired(daemon=daemon, api=_api_spec(location), metrics=_metrics_spec(location))
 
 
 def _metrics_spec(location: Path) -> MetricsSpec:

@@ -14,6 +14,7 @@ import structlog
 from rdmad.agent.options import Shared
 from rdmad.agent.protocols import ConfigLoader
 from rdmad.config import ConfigInvalid
+from rdmad.config.restart import start_only_changes
 from rdmad.model import Desired, Observed, PlanState, UnsupportedKey
 from rdmad.peermem import Held
 from rdmad.reconcile import declared_objects
@@ -52,6 +53,10 @@ class Memory:
         # A peermem load that failed for a lasting reason; forgotten on a config reload,
         # and moot (plan() retries) once the facts it failed on change.
         self.peermem_held: Held | None = None
+        # What the daemon started with, and the keys of the config in force that differ
+        # from it: a reload cannot change them (rdmad.config.restart).
+        self.in_effect: Desired | None = None
+        self.needs_restart: tuple[str, ...] = ()
 
     def plan_state(self) -> PlanState:
         if not self.config_ok:
@@ -99,22 +104,37 @@ class Memory:
         self.shared.options = self.shared.options.with_config(loaded.desired)
         self.unsupported.clear()  # a new config may fix what the driver refused
         self.peermem_held = None  # a reload is how a user says "try again"
+        if self.in_effect is None:
+            self.in_effect = self.shared.options.started_with or loaded.desired
+        self.needs_restart = start_only_changes(self.in_effect, loaded.desired)
         log.info(
             "config.loaded",
             files=list(loaded.files),
             objects=len(self.objects()),
             reload=not initial,
         )
+        if self.needs_restart:
+            log.warning("config.needs_restart", keys=list(self.needs_restart))
         if not initial:
             self.record(
                 HistoryEntry(
                     clock.wall(),
                     "config-reloaded",
                     what=", ".join(loaded.files) or "no config files",
+                    reason=self.restart_note() or "",
                     cause="reload",
                 )
             )
         return True
+
+    def restart_note(self) -> str | None:
+        """What the config in force changes that only a restart applies, or None."""
+        if not self.needs_restart:
+            return None
+        return (
+            f"the config changes {', '.join(self.needs_restart)}: read at start only, "
+            "in effect after `systemctl restart rdmad`; until then the old values stay"
+        )
 
     # --- state -----------------------------------------------------------------------------
 

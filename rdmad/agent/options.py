@@ -30,6 +30,9 @@ class AgentOptions:
     # numvfs writes (65 s seen), modprobe (120 s timeout), eSwitch mode changes (300 s)
     long_action_budget: float = 330.0
     dry_run: bool = False
+    # The settings read once at start ([api], [metrics], [daemon] logging and state_dir),
+    # as the daemon set itself up with them; None: those of the first config loaded.
+    started_with: Desired | None = None
 
     def with_config(self, desired: Desired) -> AgentOptions:
         d = desired.daemon

@@ -219,9 +219,11 @@ class Reporter:
                     )
         else:
             reports = list(self.status.current.objects)
+        restart = memory.restart_note() if memory is not None else None
         notes = (
             *(observed.notes if observed is not None else ()),
             *(memory.notes if memory is not None else ()),
+            *((restart,) if restart is not None else ()),
             *self.notes.values(),
         )
         last = shared.passes[-1] if shared.passes else None

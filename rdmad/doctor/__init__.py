@@ -9,7 +9,8 @@ fast and the doctor runs where rdmad's own dependencies are broken.
 
 * ``fs``: the read-only root, remembering what it was refused;
 * ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV),
-  with ``rdmasys`` (the RDMA netns mode) and ``eswitch`` (over ``devlink``) beside it;
+  with ``rdmasys`` (the RDMA netns mode), ``eswitch`` (over ``devlink``) and ``openibd``
+  (whether openibd.service's stop asks the guard first) beside it;
 * ``report``: the checks as a table and as JSON, and the exit code.
 """
 

@@ -11,6 +11,7 @@ for the declared PFs and [peermem] mode.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections import Counter
@@ -19,10 +20,11 @@ from typing import Any
 from rdmad import modsupport
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
+from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
 from rdmad.doctor.rdmasys import rdma_netns
-from rdmad.doctor.report import Check, Report
+from rdmad.doctor.report import Check, Report, Status
 from rdmad.peermem.choice import decide
 from rdmad.peermem.facts import gather, kmsg_text
 from rdmad.peermem.findings import log_findings
@@ -53,14 +55,14 @@ def run_checks(
         drivers(fs),
         iommu(fs, log or []),
         module_loading(fs),
-        peermem_check(fs, str(cfg.get("peermem", {}).get("mode", "auto")), log or []),
-        rxe(fs, release),
+        peermem_check(fs, _declared_mode(cfg), log or []),
+        rxe(fs, release, declared=bool(cfg.get("rxe"))),
         sriov(fs, cfg, cfg_note),
         rdma_netns(fs, cfg),
     ]
-    eswitch = eswitch_check(fs, cfg, devlink)
-    if eswitch is not None:
-        checks.append(eswitch)
+    for extra in (eswitch_check(fs, cfg, devlink), openibd_check(fs)):
+        if extra is not None:
+            checks.append(extra)
     if release:
         notes.insert(0, f"kernel {release}")
     unread = tuple(f"{path}: {why}" for path, why in sorted(fs.refused.items()))
@@ -71,8 +73,9 @@ def run_checks(
 
 
 def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
-    """The declared [peermem], [rdma] and [[sriov]] of rdmad's config (merged as rdmad
-    merges them: key by key for the tables, later PF entries win); a note when unreadable."""
+    """The declared [peermem], [rdma], [[sriov]] and [[rxe]] of rdmad's config (merged as
+    rdmad merges them: key by key for the tables, later PF and link entries win); a note
+    when unreadable."""
     if where is None:
         return {}, "no config given"
     if not os.path.lexists(where):
@@ -80,7 +83,7 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     docs, note = read_documents(where)
     if note is not None:
         return {}, note
-    merged: dict[str, Any] = {"peermem": {}, "sriov": {}, "rdma": {}}
+    merged: dict[str, Any] = {"peermem": {}, "sriov": {}, "rdma": {}, "rxe": {}}
     for _, doc in docs:
         for table in ("peermem", "rdma"):
             if isinstance(doc.get(table), dict):
@@ -89,7 +92,11 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
             if isinstance(entry, dict) and isinstance(entry.get("pf"), dict):
                 key = tuple(sorted((str(k), str(v)) for k, v in entry["pf"].items()))
                 merged["sriov"][key] = {**merged["sriov"].get(key, {}), **entry}
+        for entry in doc.get("rxe", []) if isinstance(doc.get("rxe"), list) else []:
+            if isinstance(entry, dict):
+                merged["rxe"][str(entry.get("name"))] = entry
     merged["sriov"] = list(merged["sriov"].values())
+    merged["rxe"] = list(merged["rxe"].values())
     if not docs:
         return merged, f"no config files in {where}"
     return merged, None
@@ -274,9 +281,34 @@ def module_loading(fs: Root) -> Check:
     return Check("module-loading", "ok", summary, tuple(evidence))
 
 
-def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
-    if mode not in ("auto", "require", "off"):
-        mode = "auto"
+def _declared_mode(cfg: dict[str, Any]) -> str | None:
+    """[peermem] mode as declared; None when it is not (rdmad then leaves peermem alone)."""
+    mode = cfg.get("peermem", {}).get("mode")
+    return str(mode) if mode is not None else None
+
+
+def peermem_check(fs: Root, declared: str | None, log: list[str]) -> Check:
+    """Peer memory as rdmad sees it with the declared mode. Not declared, rdmad does
+    nothing about it: the node is judged as `auto` would judge it (what declaring it
+    would do, and why it could not load), but nothing is a problem (info at most)."""
+    mode = declared if declared in ("auto", "require", "off") else "auto"
+    check, verdict = _peermem_check(fs, mode, log, loads=declared is not None)
+    if declared is not None:
+        return check
+    status: Status = "ok" if check.status == "ok" else "info"
+    # Worth declaring where rdmad would load it: a GPU driver and an RDMA core are loaded.
+    advice = 'declare [peermem] mode = "auto" to have rdmad load it'
+    wanted = verdict in ("load", "cannot-load")
+    suggestion = "; ".join(x for x in (check.suggestion, advice if wanted else "") if x)
+    return dataclasses.replace(
+        check,
+        status=status,
+        summary=f"not declared (rdmad leaves it alone); {check.summary}",
+        suggestion=suggestion,
+    )
+
+
+def _peermem_check(fs: Root, mode: str, log: list[str], loads: bool) -> tuple[Check, str]:
     facts = gather(fs, full=True, kernel_log=log)
     decision = decide(mode, facts)  # type: ignore[arg-type]
     findings = list(decision.findings)
@@ -308,10 +340,8 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
     elif v == "load":
         status = "warn" if not blocking else "fail"
         summary = f"{modprobe_name(decision.module or '')} installed, not loaded"
-        suggestion = (
-            suggestion
-            or "rdmad loads it (or: modprobe " + modprobe_name(decision.module or "") + ")"
-        )
+        by_hand = "modprobe " + modprobe_name(decision.module or "")
+        suggestion = suggestion or (f"rdmad loads it (or: {by_hand})" if loads else by_hand)
     else:
         name = modprobe_name(decision.module or CANDIDATES[0])
         ids = ", ".join(f.id for f in blocking) or "see the kernel log"
@@ -323,7 +353,7 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
         suggestion = "; ".join(
             [*([suggestion] if suggestion else []), *(f.suggestion for f in info)]
         )
-    return Check(
+    check = Check(
         "peermem",
         status,  # type: ignore[arg-type]
         summary,
@@ -331,11 +361,22 @@ def peermem_check(fs: Root, mode: str, log: list[str]) -> Check:
         suggestion,
         tuple(f.to_json() for f in findings),
     )
+    return check, v
 
 
-def rxe(fs: Root, release: str | None) -> Check:
+def rxe(fs: Root, release: str | None, declared: bool = False) -> Check:
     """Whether Soft-RoCE can be had, and the real reason when not (rdmad.modsupport: the
-    same facts and words as the daemon's plan and status)."""
+    same facts and words as the daemon's plan and status). With [[rxe]] declared, no
+    rdma_rxe to load is a failure (the links cannot be made); otherwise it is only said."""
+    check = _rxe(fs, release)
+    if declared and check.status in ("info", "warn"):
+        return dataclasses.replace(
+            check, status="fail", summary=f"{check.summary}; [[rxe]] links are declared"
+        )
+    return check
+
+
+def _rxe(fs: Root, release: str | None) -> Check:
     level = modsupport.support(fs)
     found, evidence = modsupport.availability(fs, modsupport.RXE, release, level)
     if found == "loaded":

@@ -34,11 +34,12 @@ import re
 import shlex
 import sys
 
+from rdmad import openibd
 from rdmad.fileio import write_or_remove
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model.observed import GuardHookObserved
 
-HOOK_FILE = "etc/modprobe.d/rdmad-guard.conf"
+HOOK_FILE = openibd.HOOK_FILE  # etc/modprobe.d/rdmad-guard.conf
 MODPROBE = "/sbin/modprobe"
 HEADER = (
     "# Written by rdmad from [[sriov]] driver_guard and [[rxe]]; rewritten on every change\n"

@@ -167,6 +167,20 @@ class SyncGuardHook(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SyncOpenibdDropin(Action):
+    """Write rdmad's drop-in for openibd.service from the unit's own ExecStop= lines as
+    they read when it is applied (``write``), or remove it; systemd is told to reload."""
+
+    write: bool = True
+    kind: ClassVar[str] = "sync-openibd-dropin"
+
+    def describe(self) -> str:
+        if not self.write:
+            return "remove the openibd.service guard drop-in"
+        return "openibd.service stop asks the guard first (drop-in)"
+
+
+@dataclass(frozen=True, slots=True)
 class SetRdmaNetnsMode(Action):
     """``rdma system set netns NEW``: the kernel accepts it only while no network
     namespace but the host's exists."""

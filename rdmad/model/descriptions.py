@@ -15,7 +15,9 @@ DESCRIPTIONS: dict[str, str] = {
     "[daemon]": (
         "How the daemon runs. Each key that is valid on its own is used at start even "
         "when the config as a whole is invalid: logging and the state directory are "
-        "chosen before the rest is read."
+        "chosen before the rest is read. A reload applies `drift_interval`, `settle` and "
+        "`startup_timeout`; a changed `log_format`, `log_level` or `state_dir` needs a "
+        "restart, and the reload says so (status note, history, journal)."
     ),
     "daemon.drift_interval": (
         "How often a pass runs without any event, to catch what no event reports; "
@@ -40,7 +42,8 @@ DESCRIPTIONS: dict[str, str] = {
     # [api]
     "[api]": (
         "The local UNIX-socket API that `rdmad-ctl` talks to ([API.md](API.md)). Read "
-        "once, at start; an invalid config elsewhere does not take it away."
+        "once, at start; an invalid config elsewhere does not take it away. A reload that "
+        "changes it says that it needs a restart (status note, history, journal)."
     ),
     "api.socket": "The socket's path; made root:`read_group`, mode 0660, before it listens.",
     "api.read_group": (
@@ -56,7 +59,8 @@ DESCRIPTIONS: dict[str, str] = {
     "[metrics]": (
         "Prometheus metrics ([METRICS.md](METRICS.md)): always served on the API socket "
         "at `/metrics`; these keys add a node_exporter textfile and a TCP listener, both "
-        "off by default. Read at start: a change needs a restart."
+        "off by default. Read at start: a change needs a restart, and a reload that "
+        "changes them says so (status note, history, journal)."
     ),
     "metrics.textfile_dir": (
         "A node_exporter textfile collector directory: `rdmad.prom` is written there "
@@ -105,7 +109,10 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "sriov.driver_guard": (
         "Refuse `modprobe -r` of the PF's driver while its VFs are in use (a hook rdmad "
-        "keeps in `/etc/modprobe.d/rdmad-guard.conf`; [GUARD.md](GUARD.md))."
+        "keeps in `/etc/modprobe.d/rdmad-guard.conf`; [GUARD.md](GUARD.md)); where "
+        "MOFED/DOCA's `openibd.service` exists, its stop asks the guard first too (a "
+        "runtime drop-in made from the unit's own `ExecStop=`). On by default for a "
+        "declared PF: nothing is guarded where no PF (and no rxe link) is declared."
     ),
     "sriov.in_use_drift": (
         "A VF in use whose settings drifted from the declaration: `report` says so and "
@@ -123,7 +130,10 @@ DESCRIPTIONS: dict[str, str] = {
     "sriov.vf.mac": "The VF's MAC address.",
     "sriov.vf.vlan": "The VF's VLAN ID (0: none).",
     "sriov.vf.qos": "The VLAN priority; needs `vlan`.",
-    "sriov.vf.vlan_proto": "The VLAN protocol; needs `vlan`.",
+    "sriov.vf.vlan_proto": (
+        "The VLAN protocol; needs `vlan`. Unset: a `vlan` is sent as 802.1Q (as `ip link "
+        "set ... vlan V` does), and a VF reading another protocol is moved to it."
+    ),
     "sriov.vf.spoofchk": "Spoof checking of the VF's source MAC and VLAN.",
     "sriov.vf.trust": (
         "Trust: a trusted VF may change its own MAC and use promiscuous or all-multicast mode."
@@ -172,12 +182,13 @@ DESCRIPTIONS: dict[str, str] = {
     "[peermem]": (
         "GPUDirect peer memory: the peer-memory module for the running kernel "
         "(`nvidia-peermem`, else `nvidia-p2p`) loaded when `nvidia` and `ib_core` both "
-        "are; never unloaded."
+        "are; never unloaded. Not declared: rdmad leaves it alone. A GPU node that wants "
+        'it loaded declares so: `mode = "auto"` under `[peermem]`.'
     ),
     "peermem.mode": (
         "`auto`: load it; while it cannot be, the object is blocked (converged, with a "
         "note, when DMA-BUF works without it). `require`: load it; degraded while it is "
-        "not loaded. `off`: never load it."
+        "not loaded. `off` (the default): never load it, and say nothing about it."
     ),
     # [rdma]
     "[rdma]": "The RDMA subsystem, node-wide.",

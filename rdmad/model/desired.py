@@ -162,7 +162,9 @@ class RxeSpec(_Spec, frozen=True):
 
 
 class PeermemSpec(_Spec, frozen=True):
-    mode: Literal["auto", "require", "off"] = "auto"
+    # "off" unless declared: a config that declares nothing changes nothing, on a GPU
+    # node too. A GPU node that wants nvidia-peermem loaded says so (mode = "auto").
+    mode: Literal["auto", "require", "off"] = "off"
 
 
 class RdmaSpec(_Spec, frozen=True):

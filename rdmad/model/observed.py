@@ -203,13 +203,28 @@ class ModulesObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenibdObserved:
+    """MOFED/DOCA's openibd.service and rdmad's drop-in for it (rdmad.openibd).
+
+    ``unit``: the unit exists (not masked). ``unknown``: why its own ExecStop= cannot be
+    read ("" when it can). ``dropin``: rdmad's drop-in is absent, reads as this rdmad
+    would write it from the unit's files now (current), or not (stale)."""
+
+    unit: bool = False
+    unknown: str = ""
+    dropin: str = "absent"  # absent | current | stale
+
+
+@dataclass(frozen=True, slots=True)
 class GuardHookObserved:
     """rdmad's modprobe.d guard file: which modules it guards, and whether its text is
-    what this rdmad would write (False: another version's command, or edited by hand)."""
+    what this rdmad would write (False: another version's command, or edited by hand);
+    and openibd.service's drop-in, which goes with it."""
 
     modules: frozenset[str] = frozenset()
     current: bool = True
     present: bool = False
+    openibd: OpenibdObserved = field(default_factory=OpenibdObserved)
 
 
 @dataclass(frozen=True, slots=True)

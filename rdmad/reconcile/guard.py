@@ -5,7 +5,10 @@
   (refused while a link has users; an allowed unload makes rdmad stand back). A guarded
   PF whose driver cannot be seen now (unloaded, the PF absent) keeps what the file
   guards: unknown never drops a guard. A built-in driver cannot be unloaded: nothing
-  to guard. No declared guard: the file is removed.
+  to guard. No declared guard: the file is removed. MOFED/DOCA's openibd.service gets
+  rdmad's drop-in (its stop asks the guard first, then runs what the unit runs) only
+  while the hook guards something and the unit's own ExecStop= can be read; when it
+  cannot, none is written (a note says why) and a stale one is removed.
 * ``stand_back``: while a guarded stop is in progress (``Observed.pause``) every action
   that would load a module or create an rxe link waits instead, saying who paused;
   everything else (VF counts and settings, stale-link cleanup) goes on.
@@ -19,10 +22,13 @@ from rdmad.model import (
     BindVfDriver,
     Desired,
     LoadModule,
+    Note,
     Observed,
+    OpenibdObserved,
     PfObserved,
     SetRdmaNetnsMode,
     SyncGuardHook,
+    SyncOpenibdDropin,
     Waiting,
 )
 from rdmad.reconcile.rxe import RXE_MODULE
@@ -62,19 +68,47 @@ def plan_guard(desired: Desired, observed: Observed) -> list[Action]:
     want, unknown = guarded_modules(desired, observed)
     if unknown:
         want |= hook.modules
+    actions = _openibd(bool(want), hook.openibd)
     if want == hook.modules and (hook.current or not hook.present):
-        return []
+        return actions
     if not want and not hook.present:
-        return []
+        return actions
     if want:
         reason = f"`modprobe -r {' / '.join(sorted(want))}` must ask the guard first"
     else:
         reason = "no PF is declared with driver_guard and no rxe link: nothing to guard"
-    return [
-        SyncGuardHook(
-            GUARD_OBJ, reason, modules=tuple(sorted(want)), old=tuple(sorted(hook.modules))
+    sync = SyncGuardHook(
+        GUARD_OBJ, reason, modules=tuple(sorted(want)), old=tuple(sorted(hook.modules))
+    )
+    return [sync, *actions]
+
+
+def _openibd(guarded: bool, seen: OpenibdObserved) -> list[Action]:
+    """openibd.service's drop-in: there exactly while something is guarded and the unit's
+    own stop is known, and as the unit's files make it now."""
+    if guarded and seen.unit and seen.unknown:
+        note = Note(
+            GUARD_OBJ,
+            f"openibd.service: what its stop runs cannot be known ({seen.unknown}), so no "
+            "drop-in makes `systemctl stop openibd` ask the guard first (`modprobe -r` of a "
+            "guarded module still does)",
         )
-    ]
+        if seen.dropin == "absent":
+            return [note]
+        return [note, SyncOpenibdDropin(GUARD_OBJ, "a drop-in from older files", write=False)]
+    if guarded and seen.unit:
+        if seen.dropin == "current":
+            return []
+        why = (
+            "`systemctl stop|restart openibd` must ask the guard first"
+            if seen.dropin == "absent"
+            else "openibd.service's own stop changed (or the drop-in was edited)"
+        )
+        return [SyncOpenibdDropin(GUARD_OBJ, why, write=True)]
+    if seen.dropin == "absent":
+        return []
+    why = "nothing is guarded" if not guarded else "openibd.service is gone"
+    return [SyncOpenibdDropin(GUARD_OBJ, why, write=False)]
 
 
 def stand_back(actions: list[Action], observed: Observed) -> list[Action]:

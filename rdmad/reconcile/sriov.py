@@ -169,8 +169,12 @@ def _new_vf_settings(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState
     for vf_spec in spec.vf:
         if vf_spec.index >= spec.numvfs:
             continue
-        wanted, _ = netlink_wanted(vf_spec)
+        wanted, implied = netlink_wanted(vf_spec)
         for attr, new in wanted:
+            if implied and attr == "vlan_proto":
+                # Not declared: the VLAN write sends 802.1Q with the VLAN anyway (a new VF
+                # reads no protocol), and a plan shows only what the operator declared.
+                continue
             key = UnsupportedKey(pf.pci, pf.driver or "", vf_spec.index, attr, format_value(new))
             if key not in state.unsupported:
                 changes.append(VfChange(vf_spec.index, attr, None, new))

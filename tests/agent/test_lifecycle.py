@@ -7,11 +7,21 @@ import errno
 import json
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from rdmad.agent.options import AgentOptions
 from rdmad.agent.runner import budget_for
-from rdmad.model import Action, Observed, PlanState, SetEswitch, SetNumVfs, Waiting
+from rdmad.model import (
+    Action,
+    ApiSpec,
+    MetricsSpec,
+    Observed,
+    PlanState,
+    SetEswitch,
+    SetNumVfs,
+    Waiting,
+)
 from rdmad.state import State, StateStore
 
 from .conftest import FakeHost, RigFactory, desired, until
@@ -128,6 +138,36 @@ async def test_sighup_with_bad_config_keeps_last_good_and_reports(rig: RigFactor
     assert r.host.links == {"rxe0": "eth0", "rxe1": "eth1"}
     events = [h.event for h in r.agent.status.history()]
     assert "config-invalid" in events and "config-reloaded" in events
+    await r.stop()
+
+
+async def test_a_reload_says_which_keys_only_a_restart_applies(rig: RigFactory) -> None:
+    """[api] and [metrics] (and [daemon] logging, state_dir) are set up once, at start: a
+    reload that changes them says they need a restart (status note, history, journal)
+    instead of seeming to take them; a config that puts them back clears the note."""
+    started = desired(("rxe0", "eth0"))
+    r = rig(started, started_with=started)
+    await r.start()
+    await r.idle()
+    r.cfg.desired = msgspec.structs.replace(
+        desired(("rxe0", "eth0"), drift_interval="1m", log_level="debug"),
+        api=ApiSpec(socket="/run/elsewhere.sock"),
+        metrics=MetricsSpec(listen="127.0.0.1:9478"),
+    )
+    r.agent.request_reload("sighup")
+    await r.idle()
+    note = (
+        "the config changes api.socket, metrics.listen, daemon.log_level: read at start "
+        "only, in effect after `systemctl restart rdmad`; until then the old values stay"
+    )
+    assert note in r.agent.status.current.notes
+    [reloaded] = [h for h in r.agent.status.history() if h.event == "config-reloaded"]
+    assert reloaded.reason == note
+    assert r.agent.options.drift_interval == 60.0  # a reload applies what it can
+    r.cfg.desired = started
+    r.agent.request_reload("sighup")
+    await r.idle()
+    assert not any("restart" in n for n in r.agent.status.current.notes)
     await r.stop()
 
 

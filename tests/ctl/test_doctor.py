@@ -88,7 +88,9 @@ def test_broken_node(tmp_path: Path, variant: list[str]) -> None:
 
 def test_broken_node_findings(tmp_path: Path) -> None:
     broken(tmp_path / "root")
-    report = run_checks(Root(str(tmp_path / "root")), None)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/rdmad.toml").write_text('[peermem]\nmode = "auto"\n')
+    report = run_checks(Root(str(tmp_path / "root")), str(tmp_path / "etc"))
     by = {c.id: c for c in report.checks}
     assert by["rdma-devices"].status == "fail"
     assert f"{CX}: Mellanox/NVIDIA function with no driver bound" in by["rdma-devices"].evidence
@@ -149,6 +151,44 @@ def test_peermem_mode_off_from_the_config(tmp_path: Path) -> None:
     assert "peermem         info    [peermem] mode = off" in out
 
 
+def test_undeclared_peermem_is_said_not_a_failure(tmp_path: Path) -> None:
+    """The shipped config declares no [peermem]: rdmad leaves peer memory alone, so the
+    doctor says what declaring it would meet (the same findings) without failing."""
+    broken(tmp_path / "root")
+    config = tmp_path / "etc"
+    config.mkdir()
+    by = {c.id: c for c in run_checks(Root(str(tmp_path / "root")), str(config)).checks}
+    assert by["peermem"].status == "info"
+    assert by["peermem"].summary.startswith("not declared (rdmad leaves it alone); ")
+    assert next(f["id"] for f in by["peermem"].findings) == "modules-disabled"
+    assert 'declare [peermem] mode = "auto"' in by["peermem"].suggestion
+    (config / "rdmad.toml").write_text('[peermem]\nmode = "auto"\n')
+    by = {c.id: c for c in run_checks(Root(str(tmp_path / "root")), str(config)).checks}
+    assert by["peermem"].status == "fail"
+
+
+def test_undeclared_peermem_on_a_node_without_a_gpu_gives_no_advice(tmp_path: Path) -> None:
+    gpu_node(tmp_path / "root", loaded=("ib_core",))
+    checks = run_checks(Root(str(tmp_path / "root")), None).checks
+    [check] = [c for c in checks if c.id == "peermem"]
+    assert check.status == "info" and check.suggestion == ""
+
+
+@pytest.mark.parametrize(("declared", "status"), [(False, "info"), (True, "fail")])
+def test_missing_rdma_rxe_fails_only_when_rxe_links_are_declared(
+    tmp_path: Path, declared: bool, status: str
+) -> None:
+    gpu_node(tmp_path / "root")  # no rdma_rxe in its module tree
+    config = tmp_path / "etc"
+    config.mkdir()
+    if declared:
+        (config / "rdmad.toml").write_text('[[rxe]]\nname = "rxe0"\nnetdev = { name = "eth0" }\n')
+    report = run_checks(Root(str(tmp_path / "root")), str(config))
+    [check] = [c for c in report.checks if c.id == "rxe"]
+    assert check.status == status
+    assert ("[[rxe]] links are declared" in check.summary) is declared
+
+
 def _digest(root: Path) -> dict[str, tuple[int, str]]:
     out = {}
     for path in sorted(root.rglob("*")):
@@ -186,6 +226,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
         "rdmad.ctl", "rdmad.doctor", "rdmad.peermem", "rdmad.modsupport", "rdmad.text",
         "rdmad.tomlfiles", "rdmad.tomlcompat",  # tomllib (tomli on Python 3.10)
         "rdmad.netnsnames", "rdmad.exits",
+        "rdmad.openibd",  # openibd.service's stop, read as the daemon reads it
     )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before
@@ -300,3 +341,35 @@ def test_on_this_host_devlink_adds_only_its_pure_codec(tmp_path: Path) -> None:
         "rdmad.kernel", "rdmad.kernel.netlink", "rdmad.kernel.netlink.devlink_codec",
         "rdmad.kernel.netlink.nlcodec",
     }  # fmt: skip
+
+
+def test_openibd_says_whether_its_stop_asks_the_guard(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+
+    def check() -> Check:
+        checks = run_checks(Root(str(tmp_path / "root")), None).checks
+        return next(c for c in checks if c.id == "openibd")
+
+    assert not [c for c in run_checks(Root(str(fs.root)), None).checks if c.id == "openibd"]
+    fs.write("lib/systemd/system/openibd.service", "[Service]\nExecStop=/etc/init.d/openibd stop")
+    assert (check().status, check().summary) == (
+        "info",
+        "openibd.service: not guarded (no guard declared)",
+    )
+    fs.write(
+        "etc/modprobe.d/rdmad-guard.conf", "remove igb [ -e /p ] || exec ...; exec /p remove igb"
+    )
+    assert check().status == "warn" and "drop-in is missing" in check().summary
+    fs.write(
+        "run/systemd/system/openibd.service.d/rdmad-guard.conf",
+        "[Service]\nExecStop=\nExecStop=/bin/sh -c 'check'\nExecStop=/etc/init.d/openibd stop",
+    )
+    assert (check().status, check().summary) == (
+        "ok",
+        "openibd.service: its stop asks the guard first",
+    )
+    fs.write("lib/systemd/system/openibd.service", "[Service]\nExecStop=/opt/doca/stop")
+    assert "does not run what the unit runs" in check().summary
+    (fs.root / "etc/systemd/system/openibd.service.d").mkdir(parents=True)
+    os.symlink("gone", fs.root / "etc/systemd/system/openibd.service.d/x.conf")
+    assert check().status == "warn" and "cannot be known" in check().summary

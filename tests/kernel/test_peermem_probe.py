@@ -8,7 +8,7 @@ from pathlib import Path
 from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import Desired, LoadModule, PlanState
+from rdmad.model import Desired, LoadModule, PeermemSpec, PlanState
 from rdmad.reconcile import plan
 from tests.support.fakesysfs import RELEASE, gpu_node
 
@@ -18,7 +18,9 @@ def test_observe_plans_peermem_on_a_fake_gpu_node(tmp_path: Path) -> None:
     seen = observe(Sysfs(tmp_path))
     assert seen.modules.peermem.module() is not None
     assert seen.modules.peermem.release == RELEASE
-    [load] = plan(Desired(), seen, PlanState())  # default mode: auto
+    assert plan(Desired(), seen, PlanState()) == []  # not declared: left alone
+    auto = Desired(peermem=PeermemSpec(mode="auto"))
+    [load] = plan(auto, seen, PlanState())
     assert isinstance(load, LoadModule) and load.module == "nvidia-peermem"
 
 
@@ -26,7 +28,8 @@ def test_no_gpu_driver_no_module_tree_read(tmp_path: Path) -> None:
     gpu_node(tmp_path, loaded=("ib_core", "mlx5_ib"))
     facts = PeermemProbe().facts(Sysfs(tmp_path))
     assert not facts.probed and facts.files == ()
-    assert plan(Desired(), observe(Sysfs(tmp_path)), PlanState()) == []
+    auto = Desired(peermem=PeermemSpec(mode="auto"))
+    assert plan(auto, observe(Sysfs(tmp_path)), PlanState()) == []
 
 
 def test_probe_reads_again_when_modules_dep_is_rewritten(tmp_path: Path) -> None:

@@ -33,7 +33,6 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         "lib/systemd/system/rdmad.service",
         "usr/lib/sysusers.d/rdmad.conf",
         "usr/share/rdmad/metrics-tcp.conf",
-        "lib/systemd/system/openibd.service.d/rdmad-guard.conf",
         "etc/rdmad/rdmad.toml",
         "usr/share/doc/rdmad/examples/rdmad.toml",
         "usr/share/doc/rdmad/README.md",  # the unit's Documentation=, so not compressed
@@ -48,6 +47,9 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
     # the node's README as the README.
     for dest, src in deb_docs().items():
         assert (deb_tree / DOC / dest).read_bytes() == src.read_bytes(), dest
+    # No static drop-in for openibd.service: rdmad writes one, from the unit's own
+    # ExecStop=, only while a guard is declared.
+    assert not list(deb_tree.rglob("openibd.service.d"))
     # The venv runs on the system's python3.11 (a Depends), wherever dh_link pointed it.
     python = deb_tree / "usr/lib/rdmad/bin/python3"
     assert os.path.normpath(python.parent / os.readlink(python)) == str(

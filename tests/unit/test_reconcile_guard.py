@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rdmad.model import (
+    Action,
     AddRxe,
     BindVfDriver,
     Desired,
@@ -12,12 +13,15 @@ from rdmad.model import (
     LoadModule,
     ModulesObserved,
     NetdevObserved,
+    Note,
     Observed,
+    OpenibdObserved,
     PauseObserved,
     PfObserved,
     PlanState,
     SetNumVfs,
     SyncGuardHook,
+    SyncOpenibdDropin,
     Waiting,
 )
 from rdmad.model.validation import validate
@@ -147,3 +151,45 @@ def test_status_says_whether_the_guard_is_installed_per_pf() -> None:
     assert guard_state(spec, o.pfs[0], o).startswith("not needed (igb is built in")
     off = desired(sriov=[{"pf": {"pci": PF}, "numvfs": 2, "driver_guard": False}]).sriov[0]
     assert guard_state(off, o.pfs[0], o) == "off (driver_guard = false)"
+
+
+# --- openibd.service's drop-in -----------------------------------------------------------
+
+OPENIBD = OpenibdObserved(unit=True)
+
+
+def openibd_actions(d: Desired, hook: GuardHookObserved) -> list[Action]:
+    return [
+        a
+        for a in plan(d, node(hook), PlanState())
+        if isinstance(a, SyncOpenibdDropin) or (isinstance(a, Note) and a.obj == "guard")
+    ]
+
+
+def test_openibd_gets_the_drop_in_only_while_something_is_guarded() -> None:
+    hooked = GuardHookObserved(frozenset({"igb"}), current=True, present=True, openibd=OPENIBD)
+    [write] = openibd_actions(desired(**SRIOV), hooked)
+    assert isinstance(write, SyncOpenibdDropin) and write.write
+    current = dataclasses.replace(OPENIBD, dropin="current")
+    assert openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=current)) == []
+    stale = dataclasses.replace(OPENIBD, dropin="stale")  # the unit's ExecStop= changed
+    [rewrite] = openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=stale))
+    assert isinstance(rewrite, SyncOpenibdDropin) and rewrite.write
+    # The empty config: no guard, so no drop-in; one left from before is removed.
+    assert openibd_actions(desired(), GuardHookObserved(openibd=OPENIBD)) == []
+    [remove] = openibd_actions(desired(), GuardHookObserved(openibd=current))
+    assert isinstance(remove, SyncOpenibdDropin) and not remove.write
+    # No openibd.service on the node: nothing, guarded or not.
+    assert (
+        openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=ABSENT.openibd)) == []
+    )
+
+
+def test_openibd_whose_stop_cannot_be_known_gets_no_drop_in_and_a_note() -> None:
+    unknown = OpenibdObserved(
+        unit=True, unknown="/etc/systemd/system/openibd.service could not be read", dropin="stale"
+    )
+    hooked = GuardHookObserved(frozenset({"igb"}), current=True, present=True, openibd=unknown)
+    note, remove = openibd_actions(desired(**SRIOV), hooked)
+    assert isinstance(note, Note) and "cannot be known" in note.reason
+    assert isinstance(remove, SyncOpenibdDropin) and not remove.write

@@ -43,6 +43,7 @@ from rdmad.kernel.events import reflex as reflex_mod
 from rdmad.kernel.events.reflex import RxeReflex
 from rdmad.kernel.guardhook import guard_command, write_hook
 from rdmad.kernel.ibcore import write_options
+from rdmad.kernel.openibd_dropin import daemon_reload, sync_dropin
 from rdmad.kernel.pause import read_pause
 from rdmad.kernel.sysfs import PCI_DEVICES
 from rdmad.model import (
@@ -359,6 +360,17 @@ class KernelHost(ObservingHost):
                 raise KernelError(
                     "write the ib_core option", f"/{w.path}", exc.errno, exc.strerror or ""
                 ) from None
+        elif op is Op.OPENIBD_DROPIN:
+            write = w.value == "write"
+            if sync_dropin(self.sysfs, write, guard_command()):
+                try:
+                    await daemon_reload()
+                except KernelError:
+                    # Not read by systemd, so not in force: without the file the next
+                    # pass writes it and asks again, instead of taking it as current.
+                    if write:
+                        sync_dropin(self.sysfs, False, guard_command())
+                    raise
         elif op is Op.GUARD_HOOK:
             try:
                 write_hook(self.sysfs, w.value.split(), guard_command())

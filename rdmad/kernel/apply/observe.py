@@ -20,10 +20,11 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from rdmad.kernel.guardhook import driver_module, observe_hook
+from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
 from rdmad.kernel.ibcore import observe_rdma_sys
 from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
+from rdmad.kernel.openibd_dropin import observe_openibd
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, Sysfs
@@ -38,6 +39,7 @@ from rdmad.kernel.usage.holders import (
     vf_usage,
 )
 from rdmad.model.observed import (
+    GuardHookObserved,
     IbVfSettings,
     ModulesObserved,
     NetdevObserved,
@@ -136,11 +138,17 @@ def observe(
         modules=modules,
         rdma_netlink=rdma_netlink,
         notes=tuple(notes),
-        guard_hook=observe_hook(sysfs),
+        guard_hook=_guard_hook(sysfs),
         pause=pause,
         pause_record=pause_record,
         rdma_sys=observe_rdma_sys(sysfs),
     )
+
+
+def _guard_hook(sysfs: Sysfs) -> GuardHookObserved:
+    """The modprobe.d hook and openibd.service's drop-in, which goes with it."""
+    hook = observe_hook(sysfs)
+    return replace(hook, openibd=observe_openibd(sysfs, guard_command()))
 
 
 def observe_changed(

@@ -32,7 +32,9 @@ from rdmad.model import (
     SetVfSettings,
     SyncGuardHook,
     SyncIbCoreOptions,
+    SyncOpenibdDropin,
 )
+from rdmad.openibd import DROPIN as OPENIBD_DROPIN
 
 Change = tuple[str, object, object]  # (target, old, new) of one change
 
@@ -50,6 +52,8 @@ class Op(enum.Enum):
     RXE_ADD = "rxe-add"
     RXE_DEL = "rxe-del"
     GUARD_HOOK = "guard-hook"  # write (or remove) the modprobe.d guard file, atomically
+    # write (``value`` "write") or remove openibd.service's drop-in, then daemon-reload
+    OPENIBD_DROPIN = "openibd-dropin"
     ESWITCH = "eswitch"  # devlink eswitch set: ``value`` is "option=new" for the PF ``path``
     RDMA_NETNS = "rdma-netns"  # nldev SYS_SET: the RDMA subsystem's netns mode
     IBCORE_OPTIONS = "ib-core-options"  # write (or remove) rdmad's ib_core modprobe.d option
@@ -117,6 +121,18 @@ def planned_writes(action: Action, sysfs: Sysfs) -> list[PlannedWrite]:
             ", ".join(action.modules) or None,
         )
         return [PlannedWrite(Op.GUARD_HOOK, (change,), HOOK_FILE, " ".join(action.modules))]
+    if isinstance(action, SyncOpenibdDropin):
+        state = "ExecStop= guarded"
+        change = (
+            f"/{OPENIBD_DROPIN}",
+            None if action.write else state,
+            state if action.write else None,
+        )
+        return [
+            PlannedWrite(
+                Op.OPENIBD_DROPIN, (change,), OPENIBD_DROPIN, "write" if action.write else ""
+            )
+        ]
     if isinstance(action, SetRdmaNetnsMode):
         change = ("rdma system netns", action.old, action.new)
         return [PlannedWrite(Op.RDMA_NETNS, (change,), "netns", action.new)]
