@@ -24,6 +24,8 @@ if str(LAB_DIR) not in sys.path:
     sys.path.insert(0, str(LAB_DIR))
 
 from harness import (  # noqa: E402
+    ALONE_CPUS,
+    BESIDE_CPUS,
     Guest,
     GuestFrozen,
     GuestPool,
@@ -119,8 +121,7 @@ def _why_required() -> str | None:
     return why_required(LAB_REQUIRED_ENV)
 
 
-@pytest.fixture(scope="session")
-def lab_pool() -> Iterator[GuestPool]:
+def _pool(cpus: int) -> Iterator[GuestPool]:
     reason = missing_prerequisite()
     if reason is not None:
         why = _why_required()
@@ -129,11 +130,25 @@ def lab_pool() -> Iterator[GuestPool]:
         pytest.skip(f"lab: {reason}")
     image = find_image()
     assert image is not None  # missing_prerequisite() checked it
-    pool = GuestPool(image)
+    pool = GuestPool(image, cpus=cpus)
     try:
         yield pool
     finally:
         pool.close()
+
+
+@pytest.fixture(scope="session")
+def lab_pool() -> Iterator[GuestPool]:
+    """The worker's guests for tests that run beside another worker's: one vCPU each
+    (harness.BESIDE_CPUS says why)."""
+    yield from _pool(BESIDE_CPUS)
+
+
+@pytest.fixture(scope="session")
+def lab_pool_alone() -> Iterator[GuestPool]:
+    """The worker's guests for ``lab_alone`` tests: two vCPUs, the host to themselves
+    (their figures were measured so)."""
+    yield from _pool(ALONE_CPUS)
 
 
 def needs(item: pytest.Item) -> frozenset[str]:
@@ -152,6 +167,8 @@ def needs(item: pytest.Item) -> frozenset[str]:
 def _own_guest(
     pool: GuestPool, request: pytest.FixtureRequest, *, installed: bool
 ) -> Iterator[Guest]:
+    if request.node.get_closest_marker(ALONE_MARK) is not None:
+        pool = request.getfixturevalue("lab_pool_alone")
     request.node.stash[_POOL_KEY] = pool
     declared = needs(request.node)
     g = pool.fresh(installed=installed, cold="boot" in declared)

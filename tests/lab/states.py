@@ -32,7 +32,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-KEEP = 2  # states per name: the current one and the one before (a branch switch back)
+# States per name: the current one and the one before (a branch switch back), for each of
+# the two vCPU counts a run uses (harness.ALONE_CPUS, BESIDE_CPUS).
+KEEP = 4
 _MADE = "made.json"
 _MADE_AT = "made_at_ns"  # in made.json: the newest are kept (mtimes tick too coarsely)
 _INPUTS = "inputs.json"
