@@ -61,4 +61,4 @@ def test_the_gpu_line_the_shipped_config_shows_loads_peermem(
     )
     root = gpu_node(tmp_path / "root").root
     [action] = plan_json(root, etc, capsys)["actions"]  # type: ignore[misc]
-    assert (action["object"], action["what"]) == ("peermem", "modprobe nvidia-peermem")
+    assert (action["obj"], action["describe"]) == ("peermem", "modprobe nvidia-peermem")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmad import cli, configguide, configref, manpages
+from rdmad import cli, configguide, configref, exits, manpages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_a_broken_example_would_fail_the_check(
     path.write_text(first.replace("vlan = 100", "vlan = 5000", 1))
     path.chmod(0o644)
     rc, out = check_config(path, capsys)
-    assert rc == 2
+    assert rc == exits.CONFIG_INVALID
     assert "vlan" in out
 
 
