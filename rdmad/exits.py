@@ -4,7 +4,7 @@ either prints on stdout with ``--json`` when a command fails.
 Scripts, the Ansible role and the DaemonSet's probes test these numbers, so they are
 defined here once: both tools return them, their ``--help`` and man pages (EXIT
 STATUS) are rendered from ``TABLE``, and README.md's table is checked against it
-(tests/unit/test_exit_codes.py). Standard library only: rdmad-ctl imports it.
+(tests/ctl/test_exit_codes.py). Standard library only: rdmad-ctl imports it.
 """
 
 from __future__ import annotations
