@@ -56,10 +56,12 @@ uv=("$tools/bin/uv" pip install --no-config --quiet --python "$tools/bin/python"
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME/.cache/rdmad-build/uv}
 "${uv[@]}" --require-hashes -r "$src/packaging/requirements.lock"
 "${uv[@]}" --no-index "$wheel"
-# uv's own lock file of the target directory is no part of the venv.
+# uv's own lock file of the target directory is no part of the venv; nor is its cache
+# record of the wheel it installed (uv_cache.json: the install's time, which made no
+# two builds of one tree the same bytes, so the lab's installed state never matched).
 rm -rf "$site/bin" "$site/.lock"
-rm -f "$site"/*.dist-info/direct_url.json
-sed -i '/direct_url.json/d; /^\.\.\/\.\.\/\.\.\/bin\//d; /^bin\//d' "$site"/*.dist-info/RECORD
+rm -f "$site"/*.dist-info/direct_url.json "$site"/*.dist-info/uv_cache.json
+sed -i '/direct_url.json/d; /uv_cache.json/d; /^\.\.\/\.\.\/\.\.\/bin\//d; /^bin\//d' "$site"/*.dist-info/RECORD
 # Every extension module must be the target's: a wheel built here from source would be
 # the build machine's (the lock's compiled packages all have wheels; this says so if
 # one ever does not).

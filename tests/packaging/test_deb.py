@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
 from pathlib import Path
 
-from tests.packaging.conftest import REPO, need
+from tests.packaging.conftest import REPO, build, need
 from tests.packaging.test_completions import wanted
 from tests.packaging.test_docs import DOC, deb_docs
 
@@ -155,3 +156,15 @@ def test_deb_is_lintian_clean(deb: Path) -> None:
     )
     tags = [ln for ln in proc.stdout.splitlines() if re.match(r"^[EWIPX]: ", ln)]
     assert (proc.returncode, tags) == (0, []), proc.stdout + proc.stderr
+
+
+def test_the_same_tree_builds_the_same_bytes(deb: Path, tmp_path: Path) -> None:
+    """Reproducible: this tree built again (another cache, another time) is the same .deb,
+    byte for byte. The lab keys the installed state it starts guests from by the .deb's
+    digest: a build that differs by a timestamp made that state again on every clone."""
+    again = build("build-deb.sh", "--out", str(tmp_path))
+    assert again != deb
+    assert (
+        hashlib.sha256(again.read_bytes()).hexdigest()
+        == hashlib.sha256(deb.read_bytes()).hexdigest()
+    )
