@@ -45,7 +45,7 @@ _rdmad_ctl() {
 
     case $prev in
     --socket | --config | -o | --output) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-    --timeout | --limit | --wait | --for | --reason) :; return ;;
+    --timeout | --limit | --within | --wait | --for | --reason) :; return ;;
     --state-dir | --root) mapfile -t COMPREPLY < <(compgen -d -- "$cur"); return ;;
     --since) mapfile -t COMPREPLY < <(compgen -W "10m 1h 6h 1d 7d" -- "$cur"); return ;;
     esac
@@ -56,14 +56,14 @@ _rdmad_ctl() {
         case ${words[i]} in
         --socket) sock=${words[i + 1]}; ((i++)) ;;
         --socket=*) sock=${words[i]#--socket=} ;;
-        --timeout | --state-dir | --config | --since | --limit | --wait | -o | --output | --for | --reason | --root) ((i++)) ;;
+        --timeout | --state-dir | --config | --since | --limit | --within | --wait | -o | --output | --for | --reason | --root) ((i++)) ;;
         -*) ;;
         *) if [[ -z $cmd ]]; then cmd=${words[i]}; else args+=("${words[i]}"); fi ;;
         esac
     done
 
     if [[ -z $cmd ]]; then
-        mapfile -t COMPREPLY < <(compgen -W "status plan history watch reload reconcile snapshot config guard pause resume doctor -h --help --version --json --socket --timeout --state-dir --config" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "status plan history watch wait reload reconcile snapshot config guard pause resume doctor -h --help --version --json --socket --timeout --state-dir --config" -- "$cur")
         return
     fi
     local opts=""
@@ -72,6 +72,7 @@ _rdmad_ctl() {
     plan) opts="-h --help --json --socket --timeout --state-dir --config" ;;
     history) opts="-h --help --json --socket --timeout --state-dir --config --since --limit" ;;
     watch) opts="-h --help --json --socket --timeout --state-dir --config" ;;
+    wait) opts="-h --help --json --socket --timeout --state-dir --config --within" ;;
     reload) opts="-h --help --json --socket --timeout --state-dir --config --wait" ;;
     reconcile) opts="-h --help --json --socket --timeout --state-dir --config --wait" ;;
     snapshot) opts="-h --help --json --socket --timeout --state-dir --config -o --output" ;;

@@ -10,7 +10,7 @@ function __rdmad_ctl_args
     for t in $tokens[2..-1]
         if test $skip = 1
             set skip 0
-        else if contains -- $t --socket --timeout --state-dir --config --since --limit --wait -o --output --for --reason --root
+        else if contains -- $t --socket --timeout --state-dir --config --since --limit --within --wait -o --output --for --reason --root
             set skip 1
         else if not string match -q -- '-*' $t
             if test $seen = 1
@@ -46,25 +46,26 @@ end
 
 
 complete -c rdmad-ctl -f
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -s h -l help -d 'show this help message and exit'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l version -d 'show program\'s version number and exit'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l json -d 'the API\'s JSON'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l socket -r -F -d 'the API socket (default $RDMAD_SOCKET, else [api] socket of the config, else /run/rdmad/rdmad.sock)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l timeout -x -d 'seconds to wait for an answer (default 5)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l state-dir -r -a '(__fish_complete_directories)' -d 'where the daemon saves its state, read when it is down (default [daemon] state_dir of the config, else /var/lib/rdmad)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -l config -r -F -d 'rdmad\'s config: the socket and state directory when not given, and for doctor [peermem] mode and the declared PFs (default /etc/rdmad)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a status -d 'the node at a glance (exit 0 converged, 1 not)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a plan -d 'the daemon\'s exact next pass, without applying it'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a history -d 'changes and events, oldest first'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a watch -d 'follow changes live, one line per event (Ctrl-C stops, exit 0)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a reload -d 're-read the config (as SIGHUP / systemctl reload rdmad)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a reconcile -d 'run a reconcile pass now'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a snapshot -d 'the live SR-IOV and rxe state in config format'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a config -d 'the effective config, each value with the file and key it came from'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a guard -d 'may a PF driver (or rdma_rxe) be unloaded now? (exit 0 yes, 1 no)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a pause -d 'stand back: load no module and create no rxe link for a while'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a resume -d 'end a pause now (rdmad restores what the pause held back)'
-complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch reload reconcile snapshot config guard pause resume doctor' -a doctor -d 'what blocks RDMA / GPUDirect on this node (read-only; no daemon needed)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -s h -l help -d 'show this help message and exit'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l version -d 'show program\'s version number and exit'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l json -d 'the API\'s JSON'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l socket -r -F -d 'the API socket (default $RDMAD_SOCKET, else [api] socket of the config, else /run/rdmad/rdmad.sock)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l timeout -x -d 'seconds to wait for an answer (default 5)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l state-dir -r -a '(__fish_complete_directories)' -d 'where the daemon saves its state, read when it is down (default [daemon] state_dir of the config, else /var/lib/rdmad)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -l config -r -F -d 'rdmad\'s config: the socket and state directory when not given, and for doctor [peermem] mode and the declared PFs (default /etc/rdmad)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a status -d 'the node at a glance (exit 0 converged, 1 not)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a plan -d 'the daemon\'s exact next pass, without applying it'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a history -d 'changes and events, oldest first'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a watch -d 'follow changes live, one line per event (Ctrl-C stops, exit 0)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a wait -d 'wait until the node is converged (exit 0), or --within seconds (exit 1)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a reload -d 're-read the config (as SIGHUP / systemctl reload rdmad)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a reconcile -d 'run a reconcile pass now'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a snapshot -d 'the live SR-IOV and rxe state in config format'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a config -d 'the effective config, each value with the file and key it came from'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a guard -d 'may a PF driver (or rdma_rxe) be unloaded now? (exit 0 yes, 1 no)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a pause -d 'stand back: load no module and create no rxe link for a while'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a resume -d 'end a pause now (rdmad restores what the pause held back)'
+complete -c rdmad-ctl -n 'not __fish_seen_subcommand_from status plan history watch wait reload reconcile snapshot config guard pause resume doctor' -a doctor -d 'what blocks RDMA / GPUDirect on this node (read-only; no daemon needed)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from status' -s h -l help -d 'show this help message and exit'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from status' -l json -d 'the API\'s JSON'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from status' -l socket -r -F -d 'the API socket (default $RDMAD_SOCKET, else [api] socket of the config, else /run/rdmad/rdmad.sock)'
@@ -93,6 +94,13 @@ complete -c rdmad-ctl -n '__fish_seen_subcommand_from watch' -l socket -r -F -d 
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from watch' -l timeout -x -d 'seconds to wait for an answer (default 5)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from watch' -l state-dir -r -a '(__fish_complete_directories)' -d 'where the daemon saves its state, read when it is down (default [daemon] state_dir of the config, else /var/lib/rdmad)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from watch' -l config -r -F -d 'rdmad\'s config: the socket and state directory when not given, and for doctor [peermem] mode and the declared PFs (default /etc/rdmad)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -s h -l help -d 'show this help message and exit'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l json -d 'the API\'s JSON'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l socket -r -F -d 'the API socket (default $RDMAD_SOCKET, else [api] socket of the config, else /run/rdmad/rdmad.sock)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l timeout -x -d 'seconds to wait for an answer (default 5)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l state-dir -r -a '(__fish_complete_directories)' -d 'where the daemon saves its state, read when it is down (default [daemon] state_dir of the config, else /var/lib/rdmad)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l config -r -F -d 'rdmad\'s config: the socket and state directory when not given, and for doctor [peermem] mode and the declared PFs (default /etc/rdmad)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from wait' -l within -x -d 'give up after S seconds (default 120; 0: look once)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from reload' -s h -l help -d 'show this help message and exit'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from reload' -l json -d 'the API\'s JSON'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from reload' -l socket -r -F -d 'the API socket (default $RDMAD_SOCKET, else [api] socket of the config, else /run/rdmad/rdmad.sock)'

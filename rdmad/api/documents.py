@@ -205,7 +205,8 @@ def history_doc(entries: Sequence[HistoryEntry], query: HistoryQuery) -> dict[st
 
 
 def wait_seconds(params: Mapping[str, str], default: float, most: float) -> float:
-    """``?wait=SECONDS`` of reload/reconcile: 0 = do not wait, at most ``most``."""
+    """``?wait=SECONDS`` of reload/reconcile (0 = do not wait) and of status (until
+    converged), at most ``most``."""
     unknown = sorted(set(params) - {"wait"})
     if unknown:
         raise BadQuery(f"unknown parameter(s): {', '.join(unknown)} (wait)")

@@ -32,6 +32,7 @@ MAX_BODY = 64 * 1024
 PLAN_TIMEOUT = 10.0
 MUTATION_WAIT = 30.0  # default ?wait= of reload and reconcile
 MUTATION_WAIT_MAX = 600.0
+STATUS_WAIT_MAX = 600.0  # ?wait= of /v1/status: until converged (rdmad-ctl wait)
 SNAPSHOT_TIMEOUT = 30.0
 
 
@@ -82,7 +83,14 @@ class Routes:
     # --- reads -----------------------------------------------------------------------------
 
     async def status(self, request: web.Request) -> web.Response:
-        _no_params(request)
+        """The status now; with ``?wait=S``, once the node is converged or S seconds
+        have passed, whichever is first (``rdmad-ctl wait``: no polling)."""
+        try:
+            wait = docs.wait_seconds(request.query, 0.0, STATUS_WAIT_MAX)
+        except docs.BadQuery as exc:
+            raise ApiError(400, str(exc)) from None
+        if wait > 0:
+            await self._wait(lambda: self.store.current.converged, wait)
         facts = docs.DaemonFacts(os.getpid(), self._daemon_started_at(), self.api_notes)
         snap = self.store.current
         cached = self._status_body

@@ -97,6 +97,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Exits 1 when the daemon closes the stream (it stopped, or this reader fell\n"
         "too far behind).",
     ),
+    "wait": (
+        "wait until the node is converged (exit 0), or --within seconds (exit 1)",
+        "examples:\n  rdmad-ctl wait\n  rdmad-ctl wait --within 300 && srun ...\n"
+        "  systemctl start rdmad-wait-converged   # the unit consumers order after\n\n"
+        "Returns as soon as rdmad's verdict is converged: every declared object\n"
+        "converged or unsupported-by-driver, after at least one pass (what `status`\n"
+        "exits 0 on). No polling: the daemon answers when a pass gets there. While it\n"
+        "waits on a terminal it says what is still missing every few seconds. When\n"
+        "--within (default 120) passes first it prints the status of what is not\n"
+        "converged and exits 1; exit 3 when rdmad is not running or stops while\n"
+        "waiting (order a unit after rdmad.service, or start it first). Read-only:\n"
+        "needs root or the API's read group. rdmad-wait-converged.service runs it at\n"
+        "boot: units that need RDMA order after it (Wants= or Requires= and After=).",
+    ),
     "reload": (
         "re-read the config (as SIGHUP / systemctl reload rdmad)",
         "examples:\n  rdmad-ctl reload\n  rdmad-ctl reload --wait 0\n\n"
@@ -188,6 +202,8 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, width=max(columns - 2, 40))
 
 
+WAIT_WITHIN = 120.0  # rdmad-ctl wait's default bound, as systemd-networkd-wait-online's
+
 VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir", "--config")
 
 
@@ -249,6 +265,14 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
         cmd.add_argument("--since", type=since, metavar="DURATION|TIME", help="only entries after")
         cmd.add_argument(
             "--limit", type=positive_int, metavar="N", help="the newest N (default 200)"
+        )
+    elif name == "wait":
+        cmd.add_argument(
+            "--within",
+            type=seconds,
+            default=WAIT_WITHIN,
+            metavar="S",
+            help=f"give up after S seconds (default {WAIT_WITHIN:g}; 0: look once)",
         )
     elif name in ("reload", "reconcile"):
         cmd.add_argument(

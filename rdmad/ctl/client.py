@@ -49,6 +49,10 @@ class RequestFailed(CtlError):
     exit_code = exits.FAIL
 
 
+class Unavailable(RequestFailed):
+    """503: rdmad is up but cannot answer this now (it is stopping, or busy with it)."""
+
+
 class NoAnswer(CtlError):
     """rdmad took the connection but gave no answer in time: stuck, not just unhappy."""
 
@@ -117,8 +121,10 @@ class Client:
         self.path = path
         self.timeout = timeout
 
-    def get(self, target: str, query: dict[str, object] | None = None) -> Any:
-        return self._json("GET", target, query, self.timeout)
+    def get(self, target: str, query: dict[str, object] | None = None, wait: float = 0.0) -> Any:
+        """GET; ``wait``: how long the server may hold the answer beyond the usual
+        timeout (``/v1/status?wait=``: until converged)."""
+        return self._json("GET", target, query, self.timeout + wait)
 
     def post(
         self,
@@ -267,7 +273,7 @@ def _raise_for(status: int, body: bytes, target: str) -> None:
     if status == 403:
         raise Denied(f"rdmad refused {target} ({label}): {message}; {GROUP_HINT}")
     if status == 503:
-        raise RequestFailed(f"rdmad cannot answer {target} now ({label}): {message}")
+        raise Unavailable(f"rdmad cannot answer {target} now ({label}): {message}")
     raise RequestFailed(f"rdmad answered {target} with {label}: {message}")
 
 

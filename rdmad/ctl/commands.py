@@ -17,7 +17,7 @@ import time
 
 from rdmad import exits
 from rdmad.ctl import offline
-from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed
+from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed, Unavailable
 from rdmad.ctl.render.config import config_lines
 from rdmad.ctl.render.formats import Style, printable, table, write_lines
 from rdmad.ctl.render.history import event_line, history_rows
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 WATCH_IDLE = 60.0  # the server sends a keepalive every 15 s: four missed means stuck
 PLAN_WAIT = 10.0  # the server waits up to 10 s for the daemon's plan (docs/API.md)
+# `wait`: the longest one request may be held by the daemon. Between two, a terminal
+# gets a progress line; a daemon that stopped answering is found within one step.
+WAIT_STEP = 5.0
+WAIT_FLOOR = 0.25  # s: the least one look takes (a daemon that answers early never spins it)
 
 
 class Ctx:
@@ -47,8 +51,12 @@ class Ctx:
         colour: bool = False,
         width: int | None = None,
         boot_id: Callable[[], str] = offline.read_boot_id,
+        progress: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.out = out
+        self.progress = progress  # stderr is a terminal: say what a long wait waits for
+        self.clock = clock  # for durations (now is the wall clock, for times)
         self.err = err
         self.now = now
         self.style = Style(colour)
@@ -66,7 +74,13 @@ class Ctx:
             except (ValueError, OSError):
                 width = None
         # A terminal that reports no size (some ptys say 0) gets lines as they are.
-        return cls(sys.stdout, sys.stderr, colour=colour, width=width if width else None)
+        return cls(
+            sys.stdout,
+            sys.stderr,
+            colour=colour,
+            width=width if width else None,
+            progress=sys.stderr.isatty(),
+        )
 
     def print(self, lines: Iterable[str]) -> None:
         write_lines(lines, self.out.write)
@@ -93,6 +107,45 @@ def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     else:
         ctx.print(status_lines(doc, ctx.now(), args.verbose, ctx.style, ctx.width))
     return exits.OK if doc["converged"] is True else exits.FAIL
+
+
+def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    """Until the daemon's verdict is converged (0), or ``--within`` seconds (1). Each
+    request is held by the daemon until a pass converges the node or its step ends
+    (``/v1/status?wait=``), so nothing polls."""
+    started = ctx.clock()
+    deadline = started + args.within
+    try:
+        while True:
+            asked = ctx.clock()
+            step = min(max(0.0, deadline - asked), WAIT_STEP)
+            query: dict[str, object] | None = {"wait": f"{step:.3f}"} if step > 0 else None
+            doc = _doc(
+                client.get("/v1/status", query, wait=step), "/v1/status", "objects", "converged"
+            )
+            if doc["converged"] is True or ctx.clock() >= deadline:
+                break
+            time.sleep(max(0.0, min(step, WAIT_FLOOR) - (ctx.clock() - asked)))
+            if ctx.progress:
+                left = deadline - ctx.clock()
+                ctx.warn(f"not converged yet ({left:.0f} s left): {doc.get('summary', '')}")
+    except (NotRunning, Unavailable) as exc:
+        # Down, or stopping while this waited (its 503): nothing will converge now.
+        message = str(exc) if isinstance(exc, NotRunning) else f"rdmad stopped: {exc}"
+        ctx.warn(message, START_HINT)
+        if args.json:
+            ctx.json(exits.error_doc(exits.NOT_RUNNING, message))
+        return exits.NOT_RUNNING
+    waited = round(ctx.clock() - started, 3)
+    converged = doc["converged"] is True
+    if args.json:
+        ctx.json({**doc, "waited": waited})
+    elif converged:
+        ctx.print([f"converged after {waited:.1f} s: {printable(doc.get('summary', ''))}"])
+    else:
+        ctx.warn(f"not converged within {args.within:g} s")
+        ctx.print(status_lines(doc, ctx.now(), False, ctx.style, ctx.width))
+    return exits.OK if converged else exits.FAIL
 
 
 def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
@@ -364,6 +417,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Ctx, Client], int]] = {
     "status": status,
     "plan": plan,
     "history": history,
+    "wait": wait,
     "watch": watch,
     "reload": reload,
     "reconcile": reconcile,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmad.model import ObjectState
@@ -178,8 +180,50 @@ async def test_unknown_path_and_method_are_json(api: Api) -> None:
     assert code == 405 and doc["error"]["code"] == "method-not-allowed"
     code, doc = await api.get("/v1/reload")
     assert code == 405
-    code, doc = await api.get("/v1/status?verbose=1")
+    code, doc = await api.get("/v1/plan?verbose=1")
     assert code == 400 and "takes no parameters" in doc["error"]["message"]
+    code, doc = await api.get("/v1/status?verbose=1")
+    assert code == 400 and "unknown parameter(s): verbose" in doc["error"]["message"]
+
+
+@pytest.mark.parametrize("wait", ["-1", "601", "soon", "nan"])
+async def test_status_wait_out_of_range_is_400(api: Api, wait: str) -> None:
+    code, doc = await api.get(f"/v1/status?wait={wait}")
+    assert code == 400 and doc["error"]["message"].startswith("wait: "), doc
+
+
+async def test_status_wait_answers_at_once_when_converged(api: Api) -> None:
+    await until(lambda: api.agent.status.current.converged, "converged")
+    started = time.monotonic()
+    code, doc = await api.get("/v1/status?wait=30")
+    assert code == 200 and doc["converged"] is True
+    assert time.monotonic() - started < 5  # not the 30 s
+
+
+async def test_status_wait_answers_when_a_pass_converges_the_node(api: Api) -> None:
+    """Declared rxe2 on eth9, which the host lacks: pending. A request waiting up to 30 s
+    is answered by the pass that creates it once eth9 appears, not by its deadline;
+    one that waits 0.3 s is answered then, not converged."""
+    (api.config_dir / "rdmad.d" / "20-third.toml").write_text(
+        '[[rxe]]\nname = "rxe2"\nnetdev = { name = "eth9" }\n'
+    )
+    code, doc = await api.post("/v1/reload")
+    assert code == 200 and doc["converged"] is False, doc
+    started = time.monotonic()
+    code, doc = await api.get("/v1/status?wait=0.3")
+    assert code == 200 and doc["converged"] is False
+    assert time.monotonic() - started >= 0.3
+    waiting = asyncio.ensure_future(api.get("/v1/status?wait=30"))
+    waiters = api.server.waiters
+    assert waiters is not None
+    await until(lambda: waiters.pending == 1, "the request waits")
+    assert not waiting.done()
+    api.host.netdevs.append("eth9")
+    code, _ = await api.post("/v1/reconcile?wait=0")
+    assert code == 202
+    code, doc = await asyncio.wait_for(waiting, 10)
+    assert code == 200 and doc["converged"] is True
+    assert api.host.links["rxe2"] == "eth9"
 
 
 async def test_malformed_json_body_is_400_and_queues_nothing(api: Api) -> None:

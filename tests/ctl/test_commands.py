@@ -4,6 +4,7 @@ that every broken answer becomes one clear line and exit 1, never a traceback.""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -205,6 +206,9 @@ def test_history_since_forms(api: ApiStub, spec: str, want: float) -> None:
         ["history", "--since", "yesterday"],
         ["history", "--limit", "0"],
         ["reload", "--wait", "-1"],
+        ["wait", "--within", "-1"],
+        ["wait", "--within", "soon"],
+        ["wait", "--within", "inf"],
         ["status", "--timeout", "soon"],
         ["frobnicate"],
         [],
@@ -334,3 +338,60 @@ def test_a_reader_that_goes_away_is_no_error_to_report(api: ApiStub) -> None:
     assert proc.wait(30) == exits.FAIL
     with proc.stderr:
         assert proc.stderr.read() == ""
+
+
+# --- wait -----------------------------------------------------------------------------------
+
+
+def test_wait_returns_once_converged_and_asks_the_daemon_to_hold_the_answer(
+    api: ApiStub,
+) -> None:
+    """The first answer is not converged, the next one is: exit 0 with the summary; each
+    request asks the daemon to hold it (?wait=), at most WAIT_STEP seconds."""
+    api.fixture("GET /v1/status", "status-blocked.json")
+
+    def converge_after_the_first_request() -> None:
+        for _ in range(1000):
+            if api.requests:
+                api.fixture("GET /v1/status", "status-converged.json")
+                return
+            threading.Event().wait(0.01)
+
+    helper = threading.Thread(target=converge_after_the_first_request)
+    helper.start()
+    result = ctl("wait", "--within", "30", socket=api.socket)
+    helper.join(10)
+    assert result.code == exits.OK, result
+    assert re.fullmatch(r"converged after \d+\.\d s: .*converged.*\n", result.out), result.out
+    assert len(api.requests) >= 2
+    for method, path in api.requests:
+        assert method == "GET" and path.startswith("/v1/status?wait=")
+        assert 0 < float(path.split("=", 1)[1]) <= 5
+
+
+def test_wait_gives_up_after_within_and_says_what_is_missing(api: ApiStub) -> None:
+    api.fixture("GET /v1/status", "status-blocked.json")
+    result = ctl("wait", "--within", "0.6", socket=api.socket)
+    assert result.code == exits.FAIL
+    assert result.err.startswith("rdmad-ctl: not converged within 0.6 s\n")
+    assert "blocked" in result.out  # the status of what is not converged
+    assert 1 <= len(api.requests) <= 5  # looks, not a spin (WAIT_FLOOR)
+
+
+def test_wait_within_0_looks_once(api: ApiStub) -> None:
+    api.fixture("GET /v1/status", "status-converged.json")
+    result = ctl("wait", "--within", "0", "--json", socket=api.socket)
+    assert result.code == exits.OK
+    assert api.requests == [("GET", "/v1/status")]
+    doc = json.loads(result.out)
+    assert doc["converged"] is True and doc["waited"] >= 0
+
+
+def test_wait_when_rdmad_is_down_or_stops_exits_3(api: ApiStub, short_dir: Path) -> None:
+    result = ctl("wait", "--json", socket=str(short_dir / "none.sock"))
+    assert result.code == exits.NOT_RUNNING
+    assert json.loads(result.out)["error"]["code"] == "not-running"
+    api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+    result = ctl("wait", socket=api.socket)
+    assert result.code == exits.NOT_RUNNING
+    assert "rdmad stopped" in result.err and "the daemon is stopping" in result.err

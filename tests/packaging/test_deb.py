@@ -32,6 +32,7 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         f"{SITE}/msgspec/__init__.py",
         f"{SITE}/aiohttp/__init__.py",
         "lib/systemd/system/rdmad.service",
+        "lib/systemd/system/rdmad-wait-converged.service",
         "usr/lib/sysusers.d/rdmad.conf",
         "usr/share/rdmad/metrics-tcp.conf",
         "etc/rdmad/rdmad.toml",
@@ -135,6 +136,10 @@ def test_deb_maintainer_scripts(deb_control: Path) -> None:
     start = postinst.index("deb-systemd-invoke $_dh_action 'rdmad.service'")
     assert sysusers < enable < start
     assert "_dh_action=restart" in postinst
+    # The wait unit is for consumers to pull in: never enabled, started or restarted by
+    # the package (an upgrade would wait for the node to converge).
+    for script in ("postinst", "prerm", "postrm"):
+        assert "rdmad-wait-converged" not in (deb_control / script).read_text(), script
     prerm = (deb_control / "prerm").read_text()
     assert re.search(r'\[ "\$1" = remove \].*\n\s*deb-systemd-invoke stop', prerm)
     postrm = (deb_control / "postrm").read_text()

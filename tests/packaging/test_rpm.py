@@ -31,6 +31,7 @@ def test_rpm_files(rpm: Path) -> None:
         "/usr/lib/rdmad/bin/python3",
         "/usr/lib/rdmad/lib/python3.11/site-packages/rdmad/__init__.py",
         "/usr/lib/systemd/system/rdmad.service",
+        "/usr/lib/systemd/system/rdmad-wait-converged.service",
         "/usr/lib/sysusers.d/rdmad.conf",
         "/usr/share/rdmad/metrics-tcp.conf",
         "/etc/rdmad",

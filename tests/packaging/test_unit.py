@@ -131,3 +131,36 @@ def test_systemd_analyze_verify_prints_nothing(tmp_path: Path, with_dropin: bool
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+WAIT_UNIT = REPO / "systemd" / "rdmad-wait-converged.service"
+
+
+def test_the_wait_unit_runs_rdmad_ctl_wait_after_rdmad_and_is_pulled_in_only_by_consumers() -> None:
+    text = WAIT_UNIT.read_text()
+    s = _service(text)
+    assert s["Type"] == ["oneshot"] and s["RemainAfterExit"] == ["yes"]
+    assert s["ExecStart"] == ["/usr/bin/rdmad-ctl wait --within ${RDMAD_WAIT_WITHIN}"]
+    assert s["Environment"] == ["RDMAD_WAIT_WITHIN=120"]
+    unit = [ln.strip() for ln in text.split("[Service]")[0].splitlines()]
+    assert "Requires=rdmad.service" in unit and "After=rdmad.service" in unit
+    # Not part of the boot by itself, and no tie to network-online.target (README.md).
+    assert "[Install]" not in text
+    assert not [ln for ln in unit if not ln.startswith("#") and "network-online" in ln]
+
+
+def test_systemd_analyze_verify_of_the_wait_unit_prints_nothing(tmp_path: Path) -> None:
+    need("systemd-analyze")
+    (tmp_path / "rdmad.service").write_text(
+        UNIT.read_text().replace("=/usr/bin/rdmad ", "=/bin/true ")
+    )
+    wait_unit = tmp_path / WAIT_UNIT.name
+    wait_unit.write_text(WAIT_UNIT.read_text().replace("=/usr/bin/rdmad-ctl ", "=/bin/true "))
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(wait_unit), str(tmp_path / "rdmad.service")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

@@ -1,0 +1,127 @@
+"""rdmad-wait-converged.service on a real 6.1 kernel, from the .deb, as a consumer uses it.
+
+A consumer unit (a stand-in for slurmd: `Requires=` and `After=` the wait unit, enabled
+for multi-user.target) records what the node has at the moment it starts. After a
+reboot the record has the declared VFs with their MAC and the rxe link on the virtio
+NIC: systemd started it only once rdmad said converged. Then a config the node cannot
+meet (an rxe link on a netdev that does not exist) and a short wait (the unit's own
+`RDMAD_WAIT_WITHIN`, from a drop-in): the wait unit fails, its journal names what is
+missing, and the consumer does not start.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+
+import pytest
+from harness import Guest
+from service import reload, stop_and_forget, write_config
+from test_rxe_persistence import virtio_netdev
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+
+WAIT_UNIT = "rdmad-wait-converged.service"
+CONSUMER = "lab-rdma-consumer.service"
+RECORD = "/run/lab-consumer.txt"
+DROPIN_DIR = f"/run/systemd/system/{WAIT_UNIT}.d"
+NUMVFS = 2
+VF0_MAC = "02:00:00:00:0c:00"
+MISSING = "labnone0"  # a netdev no one creates
+
+
+def consumer_unit(pf: str, pf_netdev: str) -> str:
+    record = (
+        f"echo numvfs=$(cat /sys/bus/pci/devices/{pf}/sriov_numvfs); "
+        f"ip link show {pf_netdev}; rdma link show; "
+        f"echo wait=$(systemctl is-active {WAIT_UNIT})"
+    )
+    return f"""[Unit]
+Description=lab: a unit that needs RDMA (as slurmd would)
+Requires={WAIT_UNIT}
+After={WAIT_UNIT}
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c {shlex.quote(f"{{ {record}; }} > {RECORD}")}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def config(pf: str, nic: str, *, missing: bool = False) -> str:
+    text = (
+        f'[[rxe]]\nname = "rxe0"\nnetdev = {{ name = "{nic}" }}\n\n'
+        f'[[sriov]]\npf = {{ pci = "{pf}" }}\nnumvfs = {NUMVFS}\n\n'
+        f'[[sriov.vf]]\nindex = 0\nmac = "{VF0_MAC}"\n'
+    )
+    if missing:
+        text += f'\n[[rxe]]\nname = "rxe1"\nnetdev = {{ name = "{MISSING}" }}\n'
+    return text
+
+
+@pytest.fixture
+def consumer_guest(installed_guest: Guest) -> Iterator[Guest]:
+    g = installed_guest
+    g.install_rdmad()
+    yield g
+    g.run(
+        f"systemctl disable --now {CONSUMER}; rm -f /etc/systemd/system/{CONSUMER} {RECORD}; "
+        f"rm -rf {DROPIN_DIR}; systemctl daemon-reload; systemctl reset-failed",
+        timeout=120,
+    )
+    stop_and_forget(g)
+
+
+@pytest.mark.lab_needs("reboot")
+def test_a_consumer_starts_after_a_reboot_only_once_converged_and_not_when_it_cannot(
+    consumer_guest: Guest,
+) -> None:
+    g = consumer_guest
+    pf = g.igb_pf()
+    pf_netdev = g.pci_netdevs(pf)[0]
+    nic = virtio_netdev(g)
+    write_config(g, config(pf, nic))
+    g.check(
+        f"cat > /etc/systemd/system/{CONSUMER}",
+        stdin=consumer_unit(pf, pf_netdev).encode(),
+    )
+    # The package enables rdmad, never the wait unit: only the consumer pulls it in.
+    assert g.run(f"systemctl is-enabled {WAIT_UNIT}").out.strip() == "static"
+    g.check(f"systemctl daemon-reload && systemctl enable rdmad.service {CONSUMER}")
+
+    g.reboot()
+    g.wait_for(f"systemctl is-active {CONSUMER}", timeout=240)
+    seen = g.check(f"cat {RECORD}")
+    assert f"numvfs={NUMVFS}" in seen, seen
+    assert re.search(rf"\bvf 0\s+link/ether {VF0_MAC}\b", seen), seen
+    assert re.search(rf"^link rxe0/1 state ACTIVE .*\bnetdev {nic}\b", seen, re.M), seen
+    assert "wait=active" in seen, seen
+    # In systemd's own order: the wait unit was done before the consumer started.
+    stamp = "ActiveEnterTimestampMonotonic"
+    waited = int(g.check(f"systemctl show -p {stamp} --value {WAIT_UNIT}"))
+    began = int(g.check(f"systemctl show -p ExecMainStartTimestampMonotonic --value {CONSUMER}"))
+    assert 0 < waited <= began, (waited, began)
+    wait_log = g.check(f"journalctl -b -o cat -u {WAIT_UNIT}")
+    assert "converged after" in wait_log, wait_log
+
+    # A node that cannot converge: the wait fails in its own time and says why; the
+    # consumer that requires it does not start.
+    reload(g, config(pf, nic, missing=True))
+    g.check(
+        f"systemctl stop {CONSUMER} {WAIT_UNIT} && rm -f {RECORD} && mkdir -p {DROPIN_DIR} && "
+        f"printf '[Service]\\nEnvironment=RDMAD_WAIT_WITHIN=5\\n' > {DROPIN_DIR}/short.conf && "
+        "systemctl daemon-reload"
+    )
+    res = g.run(f"systemctl start {CONSUMER}", timeout=120)
+    assert res.rc != 0 and "dependency" in (res.out + res.err).lower(), res.describe()
+    assert g.run(f"systemctl is-failed {WAIT_UNIT}").out.strip() == "failed"
+    assert g.run(f"systemctl is-active {CONSUMER}").out.strip() != "active"
+    assert not g.run(f"test -e {RECORD}").ok, "the consumer ran"
+    invocation = g.check(f"systemctl show -p InvocationID --value {WAIT_UNIT}").strip()
+    failed_log = g.check(f"journalctl -o cat _SYSTEMD_INVOCATION_ID={invocation}")
+    assert "not converged within 5 s" in failed_log, failed_log
+    assert "rxe rxe1" in failed_log and MISSING in failed_log, failed_log
