@@ -14,8 +14,11 @@
 # build-requirements.lock and docs-requirements.lock) live in a throwaway venv of the
 # build machine's python3 and never reach the package.
 #
-# Bytecode is compiled here (checked-hash, so valid whatever the file times) when the
-# build machine has the target's interpreter; otherwise the package compiles it when
+# Bytecode is compiled here when the build machine has the target's interpreter, as
+# unchecked-hash pycs (PEP 552): valid whatever the file times, and an import reads the
+# .pyc alone. A checked-hash pyc makes every import read and hash its source again
+# (rdmad imports ~400 modules before its first pass); the sources here change only
+# with the package, whose upgrade replaces the pycs with them; otherwise the package compiles it when
 # installed (usr/lib/rdmad/COMPILE_AT_INSTALL tells postinst / %post), as Debian's own
 # Python packages do.
 set -euo pipefail
@@ -92,7 +95,7 @@ CFG
 if [[ -x $t_interpreter ]] &&
     "$t_interpreter" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$t_python'.split('.'))))"; then
     log "bytecode compiled with $t_interpreter"
-    "$venv/bin/python3" -m compileall -q -j0 --invalidation-mode checked-hash \
+    "$venv/bin/python3" -m compileall -q -j0 --invalidation-mode unchecked-hash \
         -s "$destdir" -p / "$venv/lib" >/dev/null
 else
     log "no $t_interpreter here: the package compiles the bytecode when installed"

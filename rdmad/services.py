@@ -18,6 +18,7 @@ Two promises survive the move:
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections import deque
@@ -165,6 +166,7 @@ async def start_services(
     *,
     importer: Callable[[], float] = import_services,
     deadline: float = SERVICES_DEADLINE,
+    freeze: Callable[[], None] = gc.freeze,
 ) -> Services:
     """Import (off the loop), then start metrics, exporters and the API; open the gate.
 
@@ -178,6 +180,7 @@ async def start_services(
         services.metrics = Metrics(store, queue, earlier=early.hand_over())
         services.exporters = await _start_exporters(services.metrics, _metrics_spec(location))
         services.api = await _start_api(location, store, queue, services.metrics)
+        freeze()  # what the API's and metrics' imports made (daemon.freeze_startup_heap)
         log.info("services.started", import_seconds=round(seconds, 3), api=services.api is not None)
     except asyncio.TimeoutError:
         log.error(

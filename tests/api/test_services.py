@@ -5,6 +5,7 @@ fails or is late never keeps READY=1 back for good."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import ssl
 import subprocess
@@ -34,6 +35,13 @@ class Systemd:
         self.sent.append(state)
         if "READY=1" in state.split("\n") and self.socket is not None:
             self.socket_at_ready = self.socket.exists()
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze() -> object:
+    """start_services freezes the heap it finds (gc.freeze); the test process's is given back."""
+    yield
+    gc.unfreeze()
 
 
 def config(tmp_path: Path, socket: Path) -> Path:
@@ -122,6 +130,45 @@ async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_d
     finally:
         await started.close()
     assert not socket.exists()
+
+
+async def test_the_heap_is_frozen_once_the_services_are_imported_and_started(
+    tmp_path: Path,
+) -> None:
+    """What the API's and metrics' imports made is out of every later collection: frozen
+    after the import and the start, not before (daemon.freeze_startup_heap)."""
+    steps: list[str] = []
+
+    def importer() -> float:
+        steps.append("import")
+        return services.import_services()
+
+    (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
+    store = StatusStore()
+    started = await services.start_services(
+        tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store),
+        services.ReadyGate(Systemd()), importer=importer,
+        freeze=lambda: steps.append(f"freeze metrics={started_metrics() is not None}"),
+    )  # fmt: skip
+    await started.close()
+    assert steps == ["import", "freeze metrics=True"]
+
+
+def started_metrics() -> object:
+    """The Metrics class, once rdmad.api.metrics is imported (None before)."""
+    module = sys.modules.get("rdmad.api.metrics")
+    return getattr(module, "Metrics", None)
+
+
+def test_the_daemon_freezes_what_its_imports_made() -> None:
+    """In a fresh interpreter: after freeze_startup_heap, the objects the daemon's imports
+    made (tens of thousands) are in the permanent generation, which no collection walks."""
+    code = (
+        "import gc, rdmad.daemon as d; before = gc.get_freeze_count(); "
+        "d.freeze_startup_heap(); print(before == 0, gc.get_freeze_count() > 10000)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
 
 
 async def test_metrics_count_the_passes_and_actions_before_them(tmp_path: Path) -> None:

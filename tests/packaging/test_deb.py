@@ -66,6 +66,17 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         ).read_bytes()
 
 
+def test_deb_bytecode_is_read_without_its_source(deb_tree: Path) -> None:
+    """Every shipped .pyc is an unchecked-hash pyc (PEP 552: flags word 0b01): an import
+    reads it alone, where a checked-hash one (0b11) reads and hashes the source again and
+    a timestamp one (0) depends on file times the package does not keep."""
+    pycs = sorted((deb_tree / SITE).rglob("*.pyc"))
+    assert len(pycs) > 100, "the venv ships its bytecode"
+    flags = {p.relative_to(deb_tree / SITE).as_posix(): p.read_bytes()[4:8] for p in pycs}
+    wrong = {name: f.hex() for name, f in flags.items() if int.from_bytes(f, "little") != 0b01}
+    assert not wrong, f"not unchecked-hash: {dict(list(wrong.items())[:5])}"
+
+
 def test_deb_man_pages_cover_every_command(deb_tree: Path) -> None:
     """Made at build time from the installed parsers (rdmad/manpages.py)."""
     import gzip
