@@ -7,6 +7,7 @@ running service and must read the same things the same way.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from harness import Guest
@@ -67,6 +68,17 @@ def status_doc(g: Guest) -> dict[str, Any]:
     res = g.run(["rdmad-ctl", "status", "--json"], timeout=60)
     assert res.rc in (0, 1), res.describe()
     return dict(json.loads(res.out))
+
+
+def wait_converged(g: Guest, within: float = 180.0) -> float:
+    """Until rdmad says the node is converged, as a unit ordered after
+    rdmad-wait-converged.service waits: `rdmad-ctl wait`, one process the daemon answers
+    when a pass gets there (a poll of `rdmad-ctl status` is a Python start-up each time,
+    on the guest's own vCPU). Needs rdmad up (after READY=1). Returns the seconds waited."""
+    started = time.monotonic()
+    res = g.run(["rdmad-ctl", "wait", "--within", f"{within:g}"], timeout=within + 60)
+    assert res.rc == 0, f"not converged within {within:g} s:\n{res.describe()}"
+    return time.monotonic() - started
 
 
 def converged(g: Guest) -> bool:
