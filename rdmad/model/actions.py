@@ -4,16 +4,16 @@ object is not converged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 from rdmad.peermem.names import canonical
 
 # --- actions ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(msgspec.Struct, frozen=True):
     """One step of a plan. ``obj`` names the declared object, e.g. 'sriov 0000:3b:00.0'."""
 
     obj: str
@@ -25,8 +25,7 @@ class Action:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
-class SetNumVfs(Action):
+class SetNumVfs(Action, frozen=True):
     pci: str = ""
     old: int = 0
     new: int = 0
@@ -36,8 +35,7 @@ class SetNumVfs(Action):
         return f"{self.pci}: sriov_numvfs {self.old} -> {self.new}"
 
 
-@dataclass(frozen=True, slots=True)
-class SetEswitch(Action):
+class SetEswitch(Action, frozen=True):
     """A PF's eSwitch (`devlink dev eswitch set`): the options that differ, each as
     (option, old, new) with option "mode", "inline_mode" or "encap_mode". Planned before
     the VFs are made; a mode change while VFs exist re-creates their vports, so it is
@@ -53,8 +51,7 @@ class SetEswitch(Action):
         return f"{self.pci}: eswitch {said}"
 
 
-@dataclass(frozen=True, slots=True)
-class SetAutoprobe(Action):
+class SetAutoprobe(Action, frozen=True):
     """sriov_drivers_autoprobe of a PF: whether VFs it creates get a driver on their own.
     Written before the VFs are created; VFs that exist keep the driver they have."""
 
@@ -67,8 +64,7 @@ class SetAutoprobe(Action):
         return f"{self.pci}: sriov_drivers_autoprobe {int(self.old)} -> {int(self.new)}"
 
 
-@dataclass(frozen=True, slots=True)
-class SetLinkUp(Action):
+class SetLinkUp(Action, frozen=True):
     """Bring a PF netdev up: some drivers create VFs only while the PF is up."""
 
     netdev: str = ""
@@ -78,16 +74,14 @@ class SetLinkUp(Action):
         return f"ip link set {self.netdev} up"
 
 
-@dataclass(frozen=True, slots=True)
-class VfChange:
+class VfChange(msgspec.Struct, frozen=True):
     vf: int
     attr: str  # a VfSettings field name
     old: object
     new: object
 
 
-@dataclass(frozen=True, slots=True)
-class SetVfSettings(Action):
+class SetVfSettings(Action, frozen=True):
     """Per-VF rtnetlink settings of one PF, meant to go out as one batched message."""
 
     pci: str = ""
@@ -104,8 +98,7 @@ class SetVfSettings(Action):
         return f"{self.pf_netdev} ({self.pci}): " + ", ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class SetIbVf(Action):
+class SetIbVf(Action, frozen=True):
     """Write IB node/port GUID and policy; they take effect after the VF is re-bound."""
 
     pci: str = ""
@@ -123,8 +116,7 @@ class SetIbVf(Action):
         return f"{self.ib_device} vf {self.vf}: " + ", ".join(parts) + then
 
 
-@dataclass(frozen=True, slots=True)
-class BindVfDriver(Action):
+class BindVfDriver(Action, frozen=True):
     """Bind a VF to ``new`` (or keep it unbound when ``new`` is NO_DRIVER) via driver_override."""
 
     vf_pci: str = ""
@@ -138,8 +130,7 @@ class BindVfDriver(Action):
         return f"{self.vf_pci}: driver {format_value(self.old)} -> {self.new}"
 
 
-@dataclass(frozen=True, slots=True)
-class LoadModule(Action):
+class LoadModule(Action, frozen=True):
     """``modprobe module``. ``requires``: modules that must still be loaded when it runs,
     else it is stale: modprobe loads dependencies, so a load planned before an RDMA
     stack stop would otherwise bring back the ib_core the operator just removed."""
@@ -152,8 +143,7 @@ class LoadModule(Action):
         return f"modprobe {self.module}"
 
 
-@dataclass(frozen=True, slots=True)
-class SyncGuardHook(Action):
+class SyncGuardHook(Action, frozen=True):
     """Make rdmad's modprobe.d guard file guard exactly ``modules`` (none: remove it)."""
 
     modules: tuple[str, ...] = ()
@@ -166,8 +156,7 @@ class SyncGuardHook(Action):
         return f"guard `modprobe -r` of {', '.join(self.modules)} (modprobe.d hook)"
 
 
-@dataclass(frozen=True, slots=True)
-class SyncOpenibdDropin(Action):
+class SyncOpenibdDropin(Action, frozen=True):
     """Write rdmad's drop-in for openibd.service from the unit's own ExecStop= lines as
     they read when it is applied (``write``), or remove it; systemd is told to reload."""
 
@@ -180,8 +169,7 @@ class SyncOpenibdDropin(Action):
         return "openibd.service stop asks the guard first (drop-in)"
 
 
-@dataclass(frozen=True, slots=True)
-class SetRdmaNetnsMode(Action):
+class SetRdmaNetnsMode(Action, frozen=True):
     """``rdma system set netns NEW``: the kernel accepts it only while no network
     namespace but the host's exists."""
 
@@ -193,8 +181,7 @@ class SetRdmaNetnsMode(Action):
         return f"rdma system set netns {self.new} (was {self.old})"
 
 
-@dataclass(frozen=True, slots=True)
-class SyncIbCoreOptions(Action):
+class SyncIbCoreOptions(Action, frozen=True):
     """Make rdmad's modprobe.d file give ib_core ``mode`` at its next load (None: remove it)."""
 
     mode: str | None = None
@@ -207,8 +194,7 @@ class SyncIbCoreOptions(Action):
         return f"ib_core loads in netns mode {self.mode} (modprobe.d option)"
 
 
-@dataclass(frozen=True, slots=True)
-class AddRxe(Action):
+class AddRxe(Action, frozen=True):
     name: str = ""
     netdev: str = ""
     kind: ClassVar[str] = "add-rxe"
@@ -217,8 +203,7 @@ class AddRxe(Action):
         return f"rdma link add {self.name} type rxe netdev {self.netdev}"
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteRxe(Action):
+class DeleteRxe(Action, frozen=True):
     name: str = ""
     netdev: str | None = None  # where the link was when planned
     kind: ClassVar[str] = "delete-rxe"
@@ -227,8 +212,7 @@ class DeleteRxe(Action):
         return f"rdma link delete {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Blocked(Action):
+class Blocked(Action, frozen=True):
     """Something must not or cannot be done; says why and who holds it.
 
     ``vfs``: the VFs it is about (a VF in use, a VF that cannot be re-bound), so status
@@ -243,8 +227,7 @@ class Blocked(Action):
         return f"blocked: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting(Action):
+class Waiting(Action, frozen=True):
     """Nothing to do yet: the kernel has not shown what the object needs.
 
     ``vfs``: the VFs it waits for (not appeared, settings unreadable); empty when it is
@@ -259,8 +242,7 @@ class Waiting(Action):
         return f"waiting: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
-class NotServing(Waiting):
+class NotServing(Waiting, frozen=True):
     """An rxe link present as declared that cannot carry traffic yet: its port is not
     ACTIVE, or it has no GID made from an IP address (what rdma_cm and routed RoCE v2
     address it by). Restored but not working, so not converged.
@@ -275,8 +257,7 @@ class NotServing(Waiting):
     kind: ClassVar[str] = "not-serving"
 
 
-@dataclass(frozen=True, slots=True)
-class Degraded(Action):
+class Degraded(Action, frozen=True):
     """An object that is required and cannot be brought up now; says why.
 
     Unlike a failed action (retried with backoff), nothing is retried: what it
@@ -290,8 +271,7 @@ class Degraded(Action):
         return f"degraded: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
-class Note(Action):
+class Note(Action, frozen=True):
     """Something worth saying about an object that is converged (e.g. peermem loaded)."""
 
     kind: ClassVar[str] = "note"
@@ -301,8 +281,7 @@ class Note(Action):
         return f"note: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
-class _VfNote(Action):
+class _VfNote(Action, frozen=True):
     """A note about one VF attribute that leaves the rest of the object converged."""
 
     vf: int = 0
@@ -318,16 +297,14 @@ class _VfNote(Action):
 PF_ATTR = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Unsupported(_VfNote):
+class Unsupported(_VfNote, frozen=True):
     """A VF attribute the PF's driver refused: reported, not retried (see PlanState)."""
 
     kind: ClassVar[str] = "unsupported"
     label: ClassVar[str] = "unsupported"
 
 
-@dataclass(frozen=True, slots=True)
-class InUseDrift(_VfNote):
+class InUseDrift(_VfNote, frozen=True):
     """A VF in use differs from its declaration; left alone unless in_use_drift = "apply"."""
 
     kind: ClassVar[str] = "drift-in-use"

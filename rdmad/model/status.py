@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from rdmad.model.actions import Action, Blocked, Degraded, InUseDrift, Note, Unsupported
 
@@ -22,8 +23,7 @@ class ObjectState(enum.Enum):
     DRIFT_IN_USE = "drift-on-in-use-vf"  # all else converged; a VF in use differs, left alone
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectStatus:
+class ObjectStatus(msgspec.Struct, frozen=True):
     obj: str
     state: ObjectState
     message: str = ""
@@ -59,8 +59,7 @@ class NodeState(enum.Enum):
     DEGRADED = "degraded"  # passes fail (observe or plan raised), or applying fails
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     state: NodeState
     reason: str = ""  # why not converged, in words ("" when converged)
 
@@ -108,8 +107,7 @@ def worst_object(objects: Sequence[ObjectStatus]) -> ObjectStatus | None:
 # --- detail: per attribute and per VF (the API's /v1/status, docs/API.md) ---------------
 
 
-@dataclass(frozen=True, slots=True)
-class AttrStatus:
+class AttrStatus(msgspec.Struct, frozen=True):
     """One declared attribute: what is declared, what the kernel shows, and why they differ.
 
     Values are JSON values (str, int, bool or None for unset / not reported).
@@ -131,8 +129,7 @@ class AttrStatus:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class VfStatus:
+class VfStatus(msgspec.Struct, frozen=True):
     """One VF of a PF: declared, present, or both."""
 
     vf: int
@@ -161,14 +158,13 @@ class VfStatus:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectDetail:
+class ObjectDetail(msgspec.Struct, frozen=True):
     """What status shows of one object beyond its state: desired vs observed, per
     attribute and per VF. The mappings are read-only by convention (never mutated)."""
 
     kind: str  # "sriov" | "rxe"
-    desired: Mapping[str, Any] = field(default_factory=dict)
-    observed: Mapping[str, Any] = field(default_factory=dict)
+    desired: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    observed: Mapping[str, Any] = msgspec.field(default_factory=dict)
     attributes: tuple[AttrStatus, ...] = ()
     vfs: tuple[VfStatus, ...] = ()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 
+import msgspec
 import pytest
 
 from rdmad.model import Action, Desired, EswitchObserved, SetEswitch, Usage, Use
@@ -35,7 +36,7 @@ class EswitchHost(SimHost):
             if code is None:
                 kept.append((option, old, new))
         if kept:
-            self.kernel.apply(dataclasses.replace(action, changes=tuple(kept)))
+            self.kernel.apply(msgspec.structs.replace(action, changes=tuple(kept)))
         return FakeResult(tuple(writes))
 
 

@@ -11,6 +11,7 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
 from structlog.testing import capture_logs
 
 from rdmad.model import (
@@ -103,7 +104,7 @@ class SimHost:
             else:
                 writes.append(FakeWrite(target, c.old, c.new, OSError(code, "refused")))
         if kept:
-            self.kernel.apply(dataclasses.replace(action, changes=tuple(kept)))
+            self.kernel.apply(msgspec.structs.replace(action, changes=tuple(kept)))
         return FakeResult(tuple(writes))
 
 

@@ -7,10 +7,10 @@ import asyncio
 import errno
 import os
 import platform
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -515,7 +515,9 @@ def test_guard_and_pause_gauges(store: StatusStore) -> None:
     def pf(name: str, guard: str) -> ObjectReport:
         d = sriov_detail(name, 2, 2)
         return ObjectReport(
-            f"sriov {name}", C, detail=replace(d, observed={**d.observed, "guard": guard})
+            f"sriov {name}",
+            C,
+            detail=msgspec.structs.replace(d, observed={**d.observed, "guard": guard}),
         )
 
     store.publish(

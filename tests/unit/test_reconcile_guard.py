@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+
 from rdmad.model import (
     Action,
     AddRxe,
@@ -134,7 +136,7 @@ def test_a_bind_that_loads_a_module_waits_too() -> None:
 
     pause = PauseObserved("x", "y", 0, 10)
     bind = BindVfDriver("sriov", "r", vf_pci="0000:3b:00.2", new="vfio-pci", load_module=True)
-    plain = dataclasses.replace(bind, load_module=False)
+    plain = msgspec.structs.replace(bind, load_module=False)
     o = dataclasses.replace(node(ABSENT), pause=pause)
     out = stand_back([bind, plain], o)
     assert isinstance(out[0], Waiting) and out[1] is plain
