@@ -38,7 +38,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import msgspec  # noqa: E402
 from aiohttp.test_utils import make_mocked_request  # noqa: E402
 from bench_detail import node  # noqa: E402
 from headline import emit, row  # noqa: E402
@@ -143,7 +143,10 @@ async def run(requests: int, clients: int) -> dict[str, Any]:
         renderer = docs.StatusRenderer()
         renderer.render(snap, facts)
         passes = iter(range(snap.passes + 1, snap.passes + 10 * requests))
-        warm = timed(lambda: renderer.render(replace(snap, passes=next(passes)), facts), requests)
+        warm = timed(
+            lambda: renderer.render(msgspec.structs.replace(snap, passes=next(passes)), facts),
+            requests,
+        )
         size = len(renderer.render(snap, facts))
         document = json.loads(renderer.render(snap, facts))
         dumps = timed(lambda: json.dumps(document), requests)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 DEFAULT_BASE = 1.0
 DEFAULT_CAP = 300.0
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     obj: str
     error: str  # the last error, in words
     failures: int  # consecutive failures

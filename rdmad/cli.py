@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from rdmad import __version__, config, exits, state
 from rdmad.fileio import write_atomic
 from rdmad.kernel.apply.oneshot import observe_host
@@ -184,7 +186,7 @@ def _invalid(exc: config.ConfigInvalid) -> dict[str, object]:
     return exits.error(
         exits.CONFIG_INVALID,
         f"{len(exc.errors)} error(s) in the config",
-        errors=[e.__dict__ for e in exc.errors],
+        errors=[msgspec.structs.asdict(e) for e in exc.errors],
     )
 
 

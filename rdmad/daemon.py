@@ -11,10 +11,10 @@ import gc
 import os
 import signal
 from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import structlog
 
 from rdmad import config, logs, services, state
@@ -33,8 +33,7 @@ EXIT_OK, EXIT_FAIL = 0, 1
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
-@dataclass(frozen=True, slots=True)
-class RunOptions:
+class RunOptions(msgspec.Struct, frozen=True):
     config: Path = config.DEFAULT_DIR
     dry_run: bool = False
     log_level: str | None = None  # None: [daemon] log_level from the config

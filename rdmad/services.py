@@ -24,10 +24,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
 import structlog
 
 from rdmad import config
@@ -105,13 +105,12 @@ class _Closeable(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
-class Services:
+class Services(msgspec.Struct):
     """What started beside the agent: each None/empty when off or failed."""
 
     metrics: Metrics | None = None
     api: ApiServer | None = None
-    exporters: list[_Closeable] = field(default_factory=list)
+    exporters: list[_Closeable] = msgspec.field(default_factory=list)
 
     async def close(self) -> None:
         if self.api is not None:

@@ -24,9 +24,10 @@ import contextlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from rdmad.fileio import write_atomic
 from rdmad.model import DaemonSpec
@@ -40,18 +41,17 @@ HISTORY_KEPT = 200
 DEFAULT_DIR = DaemonSpec().state_dir
 
 
-@dataclass(slots=True)
-class State:
+class State(msgspec.Struct):
     boot_id: str = ""
-    managed_rxe: set[str] = field(default_factory=set)
+    managed_rxe: set[str] = msgspec.field(default_factory=set)
     # object -> {"what", "at", "reason", "cause"} of the last change applied to it
-    applied: dict[str, dict[str, Any]] = field(default_factory=dict)
+    applied: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     # object -> {"error", "at", "failures", "errno"} of its last failure
-    last_errors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    history: list[HistoryEntry] = field(default_factory=list)
+    last_errors: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    history: list[HistoryEntry] = msgspec.field(default_factory=list)
     started_at: float = 0.0
     # Entries of the file read that were odd and left out, in words (never saved).
-    dropped: list[str] = field(default_factory=list)
+    dropped: list[str] = msgspec.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {

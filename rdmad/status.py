@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 
 from rdmad.model import (
@@ -37,8 +37,7 @@ HISTORY_LIMIT = 200
 API_VERSION = 1  # the version of docs/API.md's documents ("api" in each)
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectReport:
+class ObjectReport(msgspec.Struct, frozen=True):
     obj: str
     state: ObjectState
     message: str = ""
@@ -51,8 +50,7 @@ class ObjectReport:
     detail: ObjectDetail | None = None  # per attribute and per VF; None before a pass
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
+class HistoryEntry(msgspec.Struct, frozen=True):
     """One thing that happened: a kernel change (or attempt), a start, a reload.
 
     ``event``: applied, failed, recorded (dry run), start, config-reloaded,
@@ -100,8 +98,7 @@ class HistoryEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PlanReport:
+class PlanReport(msgspec.Struct, frozen=True):
     """What one pass planned, before applying it (or, for a plan-only request, instead).
 
     ``answered``: the trigger count the pass answered (see ``TriggerQueue.put``), so
@@ -141,8 +138,7 @@ class PlanReport:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class StatusSnapshot:
+class StatusSnapshot(msgspec.Struct, frozen=True):
     objects: tuple[ObjectReport, ...] = ()
     config_errors: tuple[str, ...] = ()
     config_files: tuple[str, ...] = ()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field, replace
+
+import msgspec
 
 from rdmad.clock import Clock
 
@@ -26,8 +27,7 @@ def device_names(touches: frozenset[str]) -> list[str]:
     return [n for n in touches if not n.startswith("ifindex:")]
 
 
-@dataclass(frozen=True, slots=True)
-class Trigger:
+class Trigger(msgspec.Struct, frozen=True):
     """Why the kernel should be looked at again.
 
     ``source``: udev, netlink, rdma, drift, api, sighup, startup, retry, followup, deadline.
@@ -86,20 +86,21 @@ class Trigger:
     address: int | None = None
 
 
-@dataclass(slots=True)
-class Batch:
+class Batch(msgspec.Struct):
     """Everything that arrived since the last ``take()``."""
 
     first_at: float
     last_at: float
     count: int = 0
-    sources: Counter[str] = field(default_factory=Counter)
-    details: list[str] = field(default_factory=list)
+    sources: Counter[str] = msgspec.field(default_factory=Counter)
+    details: list[str] = msgspec.field(default_factory=list)
     reload: bool = False
     stale: bool = False  # some trigger was stale: see stale_names / stale_all
     stale_all: bool = False  # lost events or too many names: every plan is stale
-    stale_names: set[str] = field(default_factory=set)
-    touched: set[str] = field(default_factory=set)  # names events in it were about (bounded)
+    stale_names: set[str] = msgspec.field(default_factory=set)
+    touched: set[str] = msgspec.field(
+        default_factory=set
+    )  # names events in it were about (bounded)
     driver: bool = False
     plan_only: bool = True  # every trigger in it asked only for a plan
     narrow: bool = True  # every trigger in it was narrow (see Trigger)
@@ -110,13 +111,13 @@ class Batch:
     # The latest news per ifindex (Trigger.link), in arrival order; ``links_unknown``: a
     # trigger may have changed netdevs without news of them (a udev net event), or too
     # many links changed: the netdevs must be read again.
-    links: dict[int, bytes | None] = field(default_factory=dict)
+    links: dict[int, bytes | None] = msgspec.field(default_factory=dict)
     links_unknown: bool = False
     # What reactions key on (bounded): netdevs announced as new, RDMA devices removed;
     # ``rdma_other``: an RDMA device event that was not a removal.
-    added: set[str] = field(default_factory=set)
-    removed_rdma: set[str] = field(default_factory=set)  # announced only
-    rdma_gone: set[str] = field(default_factory=set)  # any report of a removal
+    added: set[str] = msgspec.field(default_factory=set)
+    removed_rdma: set[str] = msgspec.field(default_factory=set)  # announced only
+    rdma_gone: set[str] = msgspec.field(default_factory=set)  # any report of a removal
     rdma_other: bool = False
     lagging: bool = True  # every trigger in it was lagging
 
@@ -272,7 +273,7 @@ class TriggerQueue:
             return self.total
         if trigger.at == 0.0:
             now = self.clock.monotonic()
-            trigger = replace(trigger, at=now)
+            trigger = msgspec.structs.replace(trigger, at=now)
         self._hear(trigger)
         if self._echoes(trigger):
             # udevd's copy of a netdev's add or removal comes after its rules ran, up to
@@ -284,7 +285,7 @@ class TriggerQueue:
         if trigger.added and not trigger.lagging and self._unawaited(trigger):
             # Another netdev than the one a reaction waits for: a pass for it alone would
             # hold the loop while the awaited one, announced next, waits behind it.
-            trigger = replace(trigger, lagging=True)
+            trigger = msgspec.structs.replace(trigger, lagging=True)
         if self._batch is None:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import structlog
 
 from rdmad import peermem
@@ -55,8 +55,7 @@ MAX_STALE_REPLANS = 20  # re-plans of one object after stale drops, in a row
 _UNSUPPORTED_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.EPROTONOSUPPORT, errno.EINVAL})
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     count: int  # actions handed to the host
     changed: bool  # the kernel changed: a follow-up pass verifies it
     aborted: bool  # something was held as stale: the next pass re-observes
@@ -407,8 +406,7 @@ class Applier:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class _Crashed:
+class _Crashed(msgspec.Struct, frozen=True):
     """The result of an apply() that raised instead of returning a result."""
 
     exc: BaseException

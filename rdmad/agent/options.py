@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+
+import msgspec
 
 from rdmad.backoff import Backoff
 from rdmad.clock import Clock
@@ -12,8 +13,7 @@ from rdmad.model import Desired
 from rdmad.triggers import TriggerQueue
 
 
-@dataclass(frozen=True, slots=True)
-class AgentOptions:
+class AgentOptions(msgspec.Struct, frozen=True):
     settle: float = 0.15
     settle_max: float = 2.0  # a continuous stream of triggers still gets a pass this often
     burst: int = 8  # this many pending triggers make a burst: wait for quiet, not the window
@@ -36,7 +36,7 @@ class AgentOptions:
 
     def with_config(self, desired: Desired) -> AgentOptions:
         d = desired.daemon
-        return replace(
+        return msgspec.structs.replace(
             self,
             settle=d.settle,
             drift_interval=d.drift_interval,
@@ -44,8 +44,7 @@ class AgentOptions:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PassInfo:
+class PassInfo(msgspec.Struct, frozen=True):
     """One reconcile pass, for tests and the benchmark."""
 
     started: float  # monotonic
@@ -60,8 +59,7 @@ class PassInfo:
 PASSES_KEPT = 1_000
 
 
-@dataclass
-class Shared:
+class Shared(msgspec.Struct):
     """What the agent's parts share: time, the trigger queue, the options in force
     (replaced when a config is loaded), per-object backoff and the passes so far."""
 
@@ -72,7 +70,7 @@ class Shared:
     rng: Callable[[], float]
     # The latest passes, for tests and benchmarks; 247 bytes each, so a daemon under a
     # flapping link would grow by megabytes before a larger bound filled (the soak).
-    passes: deque[PassInfo] = field(default_factory=lambda: deque(maxlen=PASSES_KEPT))
+    passes: deque[PassInfo] = msgspec.field(default_factory=lambda: deque(maxlen=PASSES_KEPT))
     # Passes ever run: ``passes`` keeps only the latest, so its length stops growing.
     pass_count: int = 0
 

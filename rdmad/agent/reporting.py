@@ -6,9 +6,9 @@ the API, tests) hold; it never touches the kernel or the plan.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import structlog
 
 from rdmad.agent.memory import Memory
@@ -156,7 +156,7 @@ class Reporter:
             # lost, so readers are told the node is degraded and why.
             current = self.status.current
             self.status.publish(
-                replace(
+                msgspec.structs.replace(
                     current,
                     passes=self.shared.pass_count,
                     last_pass_ok=False,
@@ -291,7 +291,7 @@ class Reporter:
 
     def set_ready(self, why: str) -> None:
         self.ready = True
-        self.status.publish(replace(self.status.current, ready=True))
+        self.status.publish(msgspec.structs.replace(self.status.current, ready=True))
         line = self.status.current.summary()
         self._last_status_line = line
         self.notifier.notify(f"READY=1\nSTATUS={line}")

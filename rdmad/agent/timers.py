@@ -7,8 +7,8 @@ kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import structlog
 
 from rdmad.agent.options import Shared
@@ -20,8 +20,7 @@ log = structlog.get_logger("rdmad.agent")
 Health = Callable[[], tuple[bool, str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Expectation:
+class Expectation(msgspec.Struct, frozen=True):
     """The kernel was asked to do something asynchronous (VFs to appear) by ``deadline``."""
 
     what: str

@@ -37,9 +37,9 @@ import resource
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 import structlog
 
 log = structlog.get_logger("rdmad.api")
@@ -56,8 +56,7 @@ FD_SHARE = 4
 UNKNOWN_UID = -1  # SO_PEERCRED could not be read: counted as one more non-root user
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     """How many connections a listener keeps open at once."""
 
     connections: int  # everyone together (root too, once its reserve is in use)
@@ -71,7 +70,7 @@ class Limits:
     def scaled(self, factor: float) -> Limits:
         """Smaller by ``factor`` (< 1), each bound kept at 1 or more."""
         per_uid = None if self.per_uid is None else max(1, int(self.per_uid * factor))
-        return replace(
+        return msgspec.structs.replace(
             self,
             connections=max(1, int(self.connections * factor)),
             per_uid=per_uid,
@@ -104,8 +103,7 @@ def fit(limits: Limits, fd_soft_limit: int | None) -> Limits:
     return limits.scaled(max(budget, 1) / wanted)
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     uid: int | None
     reserved: bool
 

@@ -15,10 +15,10 @@ import pwd
 import socket
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -35,8 +35,7 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@dataclass(frozen=True, slots=True)
-class Peer:
+class Peer(msgspec.Struct, frozen=True):
     pid: int
     uid: int
     gid: int
@@ -46,8 +45,7 @@ class Peer:
         return gid is not None and gid in self.groups
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(msgspec.Struct, frozen=True):
     read_gid: int | None  # None: no such group, reads are for root only
     write_gid: int | None  # None: mutations are for root only
 

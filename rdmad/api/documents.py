@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
 
 from rdmad import __version__
 from rdmad.model import ObjectState
@@ -23,8 +24,7 @@ class BadQuery(ValueError):
     """A query parameter that does not parse; the message names it."""
 
 
-@dataclass(frozen=True, slots=True)
-class DaemonFacts:
+class DaemonFacts(msgspec.Struct, frozen=True):
     """What the status document says of the daemon beyond the snapshot."""
 
     pid: int
@@ -146,7 +146,9 @@ class StatusRenderer:
 
 def _same(a: ObjectReport, b: ObjectReport) -> bool:
     """Equal reports; the detail by identity (the reporter reuses it while unchanged)."""
-    return a.detail is b.detail and replace(a, detail=None) == replace(b, detail=None)
+    if a.detail is not b.detail:
+        return False
+    return msgspec.structs.replace(a, detail=None) == msgspec.structs.replace(b, detail=None)
 
 
 def status_event(snap: StatusSnapshot) -> dict[str, Any]:
@@ -164,8 +166,7 @@ def plan_doc(report: PlanReport) -> dict[str, Any]:
     return report.to_json("daemon")
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryQuery:
+class HistoryQuery(msgspec.Struct, frozen=True):
     obj: str | None = None
     since: float | None = None
     limit: int = HISTORY_DEFAULT_LIMIT

@@ -16,9 +16,10 @@ each value came from. Errors are collected, never stopping at the first.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from rdmad.config.errors import ConfigError, ConfigInvalid
 from rdmad.config.files import DEFAULT_DIR, discover, display, read_all, read_document
@@ -46,8 +47,7 @@ __all__ = [
 _SpecT = TypeVar("_SpecT", DaemonSpec, MetricsSpec, ApiSpec)
 
 
-@dataclass(frozen=True)
-class LoadedConfig:
+class LoadedConfig(msgspec.Struct, frozen=True):
     desired: Desired
     files: tuple[str, ...]
 
@@ -122,8 +122,7 @@ def _merge_readable(location: Path) -> Merger:
     return merger
 
 
-@dataclass(frozen=True)
-class ValueOrigin:
+class ValueOrigin(msgspec.Struct, frozen=True):
     """One value of the merged config and where it came from."""
 
     key: str  # its path in the merged config, e.g. "sriov[0].numvfs"
@@ -132,8 +131,7 @@ class ValueOrigin:
     file_key: str  # its path in that file (drop-ins number their own [[sriov]] entries)
 
 
-@dataclass(frozen=True)
-class Effective:
+class Effective(msgspec.Struct, frozen=True):
     """The config as merged from its files (valid or not), for showing, never for running."""
 
     merged: dict[str, Any]

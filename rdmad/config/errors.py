@@ -8,11 +8,10 @@ hide schema errors in another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class ConfigError:
+class ConfigError(msgspec.Struct, frozen=True):
     file: str
     path: str
     message: str

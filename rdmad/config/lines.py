@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
+
+import msgspec
 
 from rdmad.config.errors import ConfigError
 
@@ -104,6 +105,6 @@ def with_lines(errors: Iterable[ConfigError]) -> list[ConfigError]:
             text = texts[err.file]
             line = line_of(text, err.path) if text is not None else None
             if line is not None:
-                err = replace(err, line=line)
+                err = msgspec.structs.replace(err, line=line)
         out.append(err)
     return out

@@ -18,7 +18,8 @@ import errno as errno_mod
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad import modsupport
 from rdmad.kernel.errors import KernelError
@@ -31,14 +32,13 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 _PARAM_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleInfo:
+class ModuleInfo(msgspec.Struct, frozen=True):
     """One loaded module as /sys/module/NAME shows it."""
 
     name: str
     refcnt: int | None  # None: built in, or the kernel did not say
     holders: tuple[str, ...] = ()
-    params: Mapping[str, str | None] = field(default_factory=dict)
+    params: Mapping[str, str | None] = msgspec.field(default_factory=dict)
 
     @property
     def in_use(self) -> bool:

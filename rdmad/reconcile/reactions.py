@@ -16,7 +16,9 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace  # for Observed, a dataclass (the guard reads it)
+
+import msgspec
 
 from rdmad.model import Action, AddRxe, Desired, NetdevObserved, Observed, PlanState
 
@@ -26,16 +28,15 @@ Planner = Callable[[Desired, Observed, PlanState], list[Action]]
 MAX_REACTIONS = 16
 
 
-@dataclass(frozen=True, slots=True)
-class Reactions:
+class Reactions(msgspec.Struct, frozen=True):
     """Actions planned ahead, by the event that makes them due.
 
     ``on_netdev``: a new netdev of that name appears (a link news "add").
     ``on_rdma_removed``: the kernel removes the RDMA device of that name.
     """
 
-    on_netdev: Mapping[str, tuple[Action, ...]] = field(default_factory=dict)
-    on_rdma_removed: Mapping[str, tuple[Action, ...]] = field(default_factory=dict)
+    on_netdev: Mapping[str, tuple[Action, ...]] = msgspec.field(default_factory=dict)
+    on_rdma_removed: Mapping[str, tuple[Action, ...]] = msgspec.field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.on_netdev or self.on_rdma_removed)

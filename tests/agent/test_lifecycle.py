@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from dataclasses import replace
 
 import msgspec
 import pytest
@@ -315,7 +314,7 @@ def test_state_save_is_atomic_and_leaves_no_temp(tmp_path: object) -> None:
     assert store.load() == (None, None)
     st = State(boot_id="x", managed_rxe={"a"})
     assert store.save(st) is None
-    assert store.save(replace(st, managed_rxe={"b"})) is None
+    assert store.save(msgspec.structs.replace(st, managed_rxe={"b"})) is None
     # No temp file; the claims file is there, empty, for the next claim.
     assert sorted(p.name for p in d.iterdir()) == ["rxe-claims.json", "state.json"]
     loaded, _ = store.load()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad import daemon
 from rdmad.agent.protocols import Reflexive
@@ -190,7 +192,7 @@ async def test_an_add_the_reader_made_is_recorded_even_beside_its_own_devices_ev
     assert host.fire(host.on_removed["rxe0"])
     r.agent.queue.put(rdma_removed("rxe0"))
     came = Trigger("uevent", "add infiniband rxe0", narrow=True, rdma=True, announced=True)
-    r.agent.queue.put(replace(came, touches=frozenset({"rxe0"})))
+    r.agent.queue.put(msgspec.structs.replace(came, touches=frozenset({"rxe0"})))
     await r.idle()
     entries = [h for h in r.agent.status.history() if h.kind == "add-rxe"]
     assert len(entries) == adds + 1, entries

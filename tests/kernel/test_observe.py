@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
+
 from rdmad.kernel.apply.observe import observe, observe_changed
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
@@ -253,7 +255,10 @@ def test_narrow_observation_declines_when_a_pci_netdev_is_involved(tmp_path: Pat
     # A PCI function's netdev went away, or changed its address or state.
     others = [lk for lk in _links(full) if lk.name != pci_dev.name]
     assert observe_changed(sysfs, full, others, full.rdma_links) is None
-    changed = [replace(lk, up=not lk.up) if lk.name == pci_dev.name else lk for lk in _links(full)]
+    changed = [
+        msgspec.structs.replace(lk, up=not lk.up) if lk.name == pci_dev.name else lk
+        for lk in _links(full)
+    ]
     assert observe_changed(sysfs, full, changed, full.rdma_links) is None
     # Nothing changed at all: the same snapshot's facts come back.
     same = observe_changed(sysfs, full, _links(full), full.rdma_links)
@@ -291,7 +296,7 @@ def test_news_change_only_the_links_they_name(tmp_path: Path) -> None:
     added = observe_changed(sysfs, full, [veth], None, gone=())
     assert added == observe_changed(sysfs, full, _links(full, veth), None)
     assert added is not None and added.netdev("veth8") is not None
-    renamed = replace(veth, name="veth9", up=True)
+    renamed = msgspec.structs.replace(veth, name="veth9", up=True)
     moved = observe_changed(sysfs, added, [renamed], None, gone=())
     assert moved is not None and moved.netdev("veth8") is None
     assert moved.netdev("veth9") == NetdevObserved("veth9", 88, veth.mac, None, None, True)

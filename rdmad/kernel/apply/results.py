@@ -9,14 +9,14 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from rdmad.kernel.errors import KernelError
 from rdmad.model import Action, format_value
 
 
-@dataclass(frozen=True, slots=True)
-class WriteRecord:
+class WriteRecord(msgspec.Struct, frozen=True):
     """One kernel change rdmad made (or tried to), for logs and the agent's history."""
 
     at: float  # time.time() when the write finished
@@ -61,8 +61,7 @@ class Outcome(enum.Enum):
     STALE = "stale"  # the kernel changed since the plan (re-checked before a destructive write)
 
 
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
+class ApplyResult(msgspec.Struct, frozen=True):
     """What became of one action: its writes (old -> new, error each) and the verdict."""
 
     action: Action

@@ -11,7 +11,8 @@ runs (``KernelHost``): if the kernel no longer matches, the action is stale.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from rdmad.kernel.guardhook import HOOK_FILE
 from rdmad.kernel.ibcore import OPTIONS_FILE
@@ -59,8 +60,7 @@ class Op(enum.Enum):
     IBCORE_OPTIONS = "ib-core-options"  # write (or remove) rdmad's ib_core modprobe.d option
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedWrite:
+class PlannedWrite(msgspec.Struct, frozen=True):
     op: Op
     changes: tuple[Change, ...]
     path: str = ""  # sysfs path (relative to the root) or a driver / module / link name

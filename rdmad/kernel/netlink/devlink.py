@@ -24,7 +24,8 @@ import errno
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.devlink_codec import (
@@ -60,12 +61,11 @@ class NoDevlink(KernelError):
     """The kernel has no devlink family (built without it): no PF has an eSwitch."""
 
 
-@dataclass(frozen=True, slots=True)
-class PfSeen:
+class PfSeen(msgspec.Struct, frozen=True):
     """What devlink says about one PF: its eSwitch and its VFs' representor netdevs."""
 
     eswitch: EswitchObserved
-    representors: dict[int, str] = field(default_factory=dict)
+    representors: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 class Devlink:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad.kernel.netlink.nlcodec import (
     asciiz,
@@ -60,8 +61,7 @@ OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dor
 IFINFO = struct.Struct("=BxHiII")  # struct ifinfomsg: family, type, index, flags, change
 
 
-@dataclass(frozen=True, slots=True)
-class LinkInfo:
+class LinkInfo(msgspec.Struct, frozen=True):
     """One netdev as RTM_GETLINK reports it; the fields ``observe.LinkFacts`` reads, and more."""
 
     name: str
@@ -72,7 +72,7 @@ class LinkInfo:
     operstate: str  # "up", "down", "lowerlayerdown", "unknown", ...
     kind: str | None  # IFLA_INFO_KIND: "veth", "bridge", ...; None for plain hardware
     num_vf: int | None = None  # None: not an SR-IOV PF (no IFLA_NUM_VF)
-    vfs: Mapping[int, VfSettings] = field(default_factory=dict)
+    vfs: Mapping[int, VfSettings] = msgspec.field(default_factory=dict)
     vfs_complete: bool = True  # False: the kernel listed fewer VFs than num_vf
     parent_dev: str | None = None  # IFLA_PARENT_DEV_NAME, e.g. a PCI address (kernel >= 5.16)
     parent_bus: str | None = None  # IFLA_PARENT_DEV_BUS_NAME, e.g. "pci"
@@ -82,8 +82,7 @@ class LinkInfo:
         return self.parent_dev if self.parent_bus == "pci" else None
 
 
-@dataclass(frozen=True, slots=True)
-class IfInfo:
+class IfInfo(msgspec.Struct, frozen=True):
     """The fixed header and top-level attributes of an RTM_NEWLINK/RTM_DELLINK."""
 
     index: int

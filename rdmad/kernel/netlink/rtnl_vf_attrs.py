@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from rdmad.kernel.netlink.nlcodec import attr, get_u32, iter_attrs, nested
 from rdmad.model import VfSettings
@@ -101,21 +102,18 @@ FIELDS: dict[VfAttr, tuple[str, ...]] = {
 ATTR_OF_FIELD: dict[str, VfAttr] = {f: a for a, fields in FIELDS.items() for f in fields}
 
 
-@dataclass(frozen=True, slots=True)
-class VfVlan:
+class VfVlan(msgspec.Struct, frozen=True):
     vlan: int
     qos: int
     proto: str  # "802.1Q" | "802.1ad"
 
 
-@dataclass(frozen=True, slots=True)
-class VfRate:
+class VfRate(msgspec.Struct, frozen=True):
     min_tx_rate: int
     max_tx_rate: int
 
 
-@dataclass(frozen=True, slots=True)
-class VfRecord:
+class VfRecord(msgspec.Struct, frozen=True):
     """What to write to one VF: a field left None is not sent."""
 
     vf: int

@@ -17,8 +17,9 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.nlsock import NetlinkFailure
@@ -42,8 +43,7 @@ from rdmad.model import VfChange, VfSettings
 log = logging.getLogger("rdmad.kernel")
 
 
-@dataclass(frozen=True, slots=True)
-class VfChangeResult:
+class VfChangeResult(msgspec.Struct, frozen=True):
     """What became of one requested ``VfChange``: applied (``error`` None) or why not."""
 
     change: VfChange
@@ -54,8 +54,7 @@ class VfChangeResult:
         return self.error is None
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
+class Piece(msgspec.Struct, frozen=True):
     """One attribute of one VF: what travels as one IFLA_VF_* and can fail on its own."""
 
     record: VfRecord
@@ -190,7 +189,7 @@ def split_batches(pieces: Sequence[Piece]) -> list[list[Piece]]:
 
 def encode_pieces(target: int | str, pieces: Sequence[Piece]) -> bytes:
     """One RTM_SETLINK payload: one IFLA_VF_INFO per VF holding its pieces, in kernel order."""
-    # Fields gathered per VF, each record built once (dataclasses.replace per piece
+    # Fields gathered per VF, each record built once (a replace() per piece
     # was most of the cost of a few hundred VFs).
     by_vf: dict[int, dict[str, Any]] = {}
     for p in pieces:

@@ -8,7 +8,8 @@ Compares declared with observed values through the planner's own helpers
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad.model import (
     PF_ATTR,
@@ -44,15 +45,16 @@ from rdmad.reconcile.sriov import (
 )
 
 
-@dataclass(slots=True)
-class _SriovPlan:
+class _SriovPlan(msgspec.Struct):
     """One SR-IOV object's actions, indexed by what they are about."""
 
-    changes: dict[tuple[int, str], str] = field(default_factory=dict)  # (vf, attr) -> reason
-    binds: dict[str, str] = field(default_factory=dict)  # VF PCI address -> reason
-    notes: dict[tuple[int, str], Verdict] = field(default_factory=dict)  # (vf, attr)
-    vf_blocked: dict[int, str] = field(default_factory=dict)
-    vf_waiting: dict[int, str] = field(default_factory=dict)
+    changes: dict[tuple[int, str], str] = msgspec.field(
+        default_factory=dict
+    )  # (vf, attr) -> reason
+    binds: dict[str, str] = msgspec.field(default_factory=dict)  # VF PCI address -> reason
+    notes: dict[tuple[int, str], Verdict] = msgspec.field(default_factory=dict)  # (vf, attr)
+    vf_blocked: dict[int, str] = msgspec.field(default_factory=dict)
+    vf_waiting: dict[int, str] = msgspec.field(default_factory=dict)
     blocked: str | None = None  # about the object, not one VF
     waiting: str | None = None
     any_blocked: str | None = None  # the first Blocked, whatever it is about
