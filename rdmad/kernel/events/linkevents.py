@@ -14,8 +14,9 @@ import asyncio
 import errno
 import socket
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from rdmad.kernel.netlink.nlcodec import NlMsg, split_messages
 from rdmad.kernel.netlink.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
@@ -38,8 +39,7 @@ NETLINK_ROUTE = 0
 EVENTS_RCVBUF = 8 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class LinkEvent:
+class LinkEvent(msgspec.Struct, frozen=True):
     """A link notification. ``kind`` "resync" means events were lost: observe everything again.
 
     "add" is an RTM_NEWLINK with a full change mask (a new link, or one moved into this

@@ -22,9 +22,9 @@ import contextlib
 import errno
 import os
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 import pyudev
 
 SUBSYSTEMS = ("net", "pci", "infiniband", "infiniband_verbs", "module")
@@ -42,8 +42,7 @@ WANTED: dict[str, frozenset[str]] = {
 Source = Literal["udev", "kernel"]
 
 
-@dataclass(frozen=True, slots=True)
-class UdevEvent:
+class UdevEvent(msgspec.Struct, frozen=True):
     """One uevent, reduced to what the agent uses to decide it must look again.
 
     ``interface`` is the netdev name the event carries (INTERFACE), which after a
