@@ -19,6 +19,10 @@ from rdmad.ctl.render.formats import (
     value,
 )
 
+# The module rdmad names when none is installed (rdmad.peermem.names.CANDIDATES[0], as
+# the packages spell it); not imported from there: `status` starts with formats only.
+NO_MODULE_NAME = "nvidia-peermem"
+
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
@@ -141,16 +145,25 @@ def observed_summary(obj: dict[str, Any]) -> str:
 
 
 def _peermem_words(o: dict[str, Any]) -> str:
-    """ "nvidia-peermem loaded", "nvidia-peermem not loaded", "no GPU driver"."""
+    """ "nvidia-peermem loaded", "nvidia-peermem not loaded", "no GPU driver", "no
+    nvidia-peermem module for this kernel".
+
+    ``module`` is null when no peer-memory module is loaded and none is installed for
+    the running kernel (rdmad.reconcile.detail.peermem): that is said as what is
+    missing, never as a "not loaded" put after a "no module" (words joined blindly
+    made "no module not loaded")."""
     if not o:
         return ""
+    module = o.get("module")
     if o.get("loaded"):
-        return f"{o.get('module') or 'peermem'} loaded"
+        return f"{module or 'peer-memory module'} loaded"
     if not o.get("gpu_driver"):
         return "no GPU driver"
     if not o.get("rdma_core"):
         return "no ib_core"
-    return f"{o.get('module') or 'no module'} not loaded"
+    if not module:
+        return f"no {NO_MODULE_NAME} module for this kernel"
+    return f"{module} not loaded"
 
 
 def object_reason(obj: dict[str, Any], now: float) -> str:
