@@ -68,9 +68,9 @@ class HostDevlink:
             replies = self._ask(lambda seq: eswitch_get_request(family, seq, bus, dev))
         except OSError as exc:
             if exc.errno == errno.ENODEV:
-                return Seen(absent=f"no devlink instance {bus}/{dev} (its driver registers none)")
+                return Seen(absent=f"its driver registers no devlink instance {bus}/{dev}")
             if exc.errno in NO_ESWITCH:
-                return Seen(absent="its driver has no eSwitch")
+                return Seen(absent="its driver has none")
             why = exc.strerror or str(exc)
             if exc.errno == errno.EPERM:
                 why += " (reading an eSwitch needs CAP_NET_ADMIN: run as root)"
@@ -79,7 +79,7 @@ class HostDevlink:
             return Seen(unread="devlink gave no answer")
         es = parse_eswitch(replies[0])
         if es.mode is None:
-            return Seen(absent="its driver has no eSwitch")
+            return Seen(absent="its driver has none")
         return Seen(es.mode, es.inline_mode, es.encap_mode)
 
     def _family_id(self) -> int:

@@ -44,8 +44,9 @@ def plan_eswitch(
             Blocked(obj, f"{pf.pci}: the eSwitch could not be read ({seen.unread}); left as it is")
         ]
     if seen.mode is None:
-        why = seen.absent or "no eSwitch"
-        return [Unsupported(obj, f"{pf.pci} has no eSwitch: {why}", vf=PF_ATTR, attr="eswitch")]
+        # "has no eSwitch" once: the absent words say why ("bnxt_en has none"), if known.
+        why = f"{pf.pci} has no eSwitch" + (f": {seen.absent}" if seen.absent else "")
+        return [Unsupported(obj, why, vf=PF_ATTR, attr="eswitch")]
     changes: list[tuple[str, str | None, str]] = []
     notes: list[Action] = []
     refused = {k: k for k in state.unsupported if k.pci == pf.pci and k.vf == PF_ATTR}

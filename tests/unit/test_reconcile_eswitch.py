@@ -146,6 +146,14 @@ def test_no_eswitch_and_a_refused_option_are_unsupported_not_retried() -> None:
     (note,) = plan(desired(0, {"mode": "switchdev"}), node(with_eswitch(pf(), none)), PlanState())
     assert isinstance(note, Unsupported) and note.vf == PF_ATTR
     assert "has no eSwitch: igb registers no devlink instance" in note.reason
+    # Without words for why, "has no eSwitch" is said once (it read "... has no eSwitch:
+    # no eSwitch").
+    (note,) = plan(
+        desired(0, {"mode": "switchdev"}),
+        node(with_eswitch(pf(), EswitchObserved())),
+        PlanState(),
+    )
+    assert isinstance(note, Unsupported) and note.reason == f"{PF} has no eSwitch"
 
     refused = UnsupportedKey(
         PF, "mlx5_core", PF_ATTR, "eswitch.inline_mode", "transport", "EOPNOTSUPP"
