@@ -8,9 +8,10 @@ read and why. Standard library only (and ``rdmad.peermem``, ``rdmad.modsupport``
 fast and the doctor runs where rdmad's own dependencies are broken.
 
 * ``fs``: the read-only root, remembering what it was refused;
-* ``checks``: one function per check (peermem, IOMMU, RDMA devices, drivers, rxe, SR-IOV),
-  with ``rdmasys`` (the RDMA netns mode), ``eswitch`` (over ``devlink``) and ``openibd``
-  (whether openibd.service's stop asks the guard first) beside it;
+* ``checks``: one function per check (peermem, IOMMU, drivers, rxe, SR-IOV), with
+  ``rdmadev`` (the RDMA devices, and why there is none), ``rdmasys`` (the RDMA netns
+  mode), ``eswitch`` (over ``devlink``) and ``openibd`` (whether openibd.service's stop
+  asks the guard first) beside it;
 * ``report``: the checks as a table and as JSON, and the exit code.
 """
 

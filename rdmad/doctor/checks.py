@@ -23,6 +23,7 @@ from rdmad.doctor.fs import Root
 from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
+from rdmad.doctor.rdmadev import rdma_devices
 from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report, Status
 from rdmad.peermem.choice import decide
@@ -32,7 +33,6 @@ from rdmad.peermem.names import CANDIDATES, PEER_API, modprobe_name
 from rdmad.tomlfiles import read_documents
 
 MOFED_MIN = (23, 10)  # seed 002: "Mellanox OFED drivers version 23.10 or above"
-MELLANOX = "0x15b3"
 TRANSLATED = ("DMA", "DMA-FQ")
 DEFAULT_CONFIG = "/etc/rdmad"
 
@@ -51,7 +51,7 @@ def run_checks(
         )
     release = fs.read("proc/sys/kernel/osrelease")
     checks = [
-        rdma_devices(fs),
+        rdma_devices(fs, release),
         drivers(fs),
         iommu(fs, log or []),
         module_loading(fs),
@@ -102,48 +102,7 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     return merged, None
 
 
-# --- RDMA devices and drivers -------------------------------------------------------------
-
-
-def rdma_devices(fs: Root) -> Check:
-    devices = fs.listdir("sys/class/infiniband")
-    if not devices:
-        unbound = [
-            pci
-            for pci in fs.listdir("sys/bus/pci/devices")
-            if fs.read(f"sys/bus/pci/devices/{pci}/vendor") == MELLANOX
-            and not fs.exists(f"sys/bus/pci/devices/{pci}/driver")
-        ]
-        unbound_lines = tuple(
-            f"{pci}: Mellanox/NVIDIA function with no driver bound" for pci in unbound
-        )
-        return Check(
-            "rdma-devices",
-            "fail",
-            "no RDMA device"
-            + (f" ({len(unbound)} ConnectX function(s) unbound)" if unbound else ""),
-            unbound_lines or ("/sys/class/infiniband is empty",),
-            "bind the NIC's driver (mlx5_core + mlx5_ib), or declare an rxe link "
-            "([[rxe]] in rdmad.toml) for Soft-RoCE",
-        )
-    evidence: list[str] = []
-    layers: Counter[str] = Counter()
-    for dev in devices:
-        base = f"sys/class/infiniband/{dev}"
-        driver = fs.link_name(f"{base}/device/driver") or (
-            "rxe" if fs.exists(f"{base}/parent") else "?"
-        )
-        ports = []
-        for port in fs.listdir(f"{base}/ports"):
-            layer = fs.read(f"{base}/ports/{port}/link_layer") or "?"
-            state = (fs.read(f"{base}/ports/{port}/state") or "?").split(":")[-1].strip()
-            layers[layer] += 1
-            ports.append(f"port {port} {layer} {state}")
-        evidence.append(f"{dev} ({driver}): " + (", ".join(ports) or "no ports"))
-    summary = f"{len(devices)} device(s): " + ", ".join(
-        f"{n} {k}" for k, n in sorted(layers.items())
-    )
-    return Check("rdma-devices", "ok", summary, tuple(evidence))
+# --- drivers ------------------------------------------------------------------------------
 
 
 def module_state(fs: Root, name: str) -> str:
