@@ -157,4 +157,4 @@ complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l socket -r -F -d
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l timeout -x -d 'seconds to wait for an answer (default 5)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l state-dir -r -a '(__fish_complete_directories)' -d 'where the daemon saves its state, read when it is down (default [daemon] state_dir of the config, else /var/lib/rdmad)'
 complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l config -r -F -d 'rdmad\'s config: the socket and state directory when not given, and for doctor [peermem] mode and the declared PFs (default /etc/rdmad)'
-complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l root -r -a '(__fish_complete_directories)' -d 'read the host\'s /sys, /proc and /lib/modules under DIR (default /)'
+complete -c rdmad-ctl -n '__fish_seen_subcommand_from doctor' -l root -r -a '(__fish_complete_directories)' -d 'read the host\'s /sys, /proc, /lib/modules and /boot under DIR (default /)'

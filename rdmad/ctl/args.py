@@ -171,22 +171,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "examples:\n  rdmad-ctl doctor\n  rdmad-ctl doctor --json | jq '.checks[] | "
         'select(.status == "fail")\'\n'
         "  rdmad-ctl doctor --config /etc/rdmad/rdmad.toml\n\n"
-        "Reads /sys, /proc and /lib/modules directly: it loads, unloads and writes\n"
-        "nothing, needs neither the daemon nor root, and no modprobe, modinfo, ip or\n"
-        "rdma binary. Checks: RDMA devices and the link layer of each port (with\n"
-        "none, why: no ConnectX PCI function at all, one no driver took while mlx5_core\n"
-        "is built in or loaded (named, to bind), or an mlx5 module to load); drivers\n"
-        "(ib_core, ib_uverbs, mlx5_core, mlx5_ib: loaded module, built in or absent;\n"
-        "the MOFED/DOCA version, >= 23.10 for GPUDirect); the IOMMU mode (iommu=pt or\n"
-        "a translated default domain: IBV_WC_LOC_PROT_ERR); whether modules can be\n"
-        "loaded (modules_disabled, signature enforcement); GPUDirect peer memory\n"
-        "(nvidia-peermem / nvidia-p2p: installed for this kernel, signed, built against\n"
-        "an ib_core with the peer-memory API, errors in the kernel log; DMA-BUF as the\n"
-        "alternative); rxe availability; SR-IOV capability of the PFs the config\n"
-        "declares. Each finding says what was seen and what to do; what could not be\n"
-        "read (not root: /proc/kallsyms, the kernel log) is listed.\n"
-        "Exit 1 when something blocks RDMA (a FAIL line), 0 otherwise; 2 when --root\n"
-        "is not a directory.",
+        "Reads /sys, /proc, /lib/modules and /boot/config-RELEASE directly: it loads,\n"
+        "unloads and writes nothing, needs neither the daemon nor root, and no\n"
+        "modprobe, modinfo, ip or rdma binary. Checks: RDMA devices and the link layer\n"
+        "of each port (with none, why: no ConnectX PCI function at all, one no driver\n"
+        "took while mlx5_core is built in or loaded (named, to bind), or an mlx5 module\n"
+        "to load); drivers (ib_core, ib_uverbs, mlx5_core, mlx5_ib: loaded module,\n"
+        "built in or absent; the MOFED/DOCA version, >= 23.10 for GPUDirect); the IOMMU\n"
+        "mode (iommu=pt or a translated default domain: IBV_WC_LOC_PROT_ERR; a warning\n"
+        "where SR-IOV or RDMA is declared or present, else said only; with no IOMMU\n"
+        "group nothing is translated now, and the default domain, from the kernel log,\n"
+        "the command line or the kernel's build, says what a device the IOMMU takes\n"
+        "later would get); whether modules can be loaded (modules_disabled, signature\n"
+        "enforcement); GPUDirect peer memory (nvidia-peermem / nvidia-p2p: installed\n"
+        "for this kernel, signed, built against an ib_core with the peer-memory API,\n"
+        "errors in the kernel log; DMA-BUF as the alternative); rxe availability;\n"
+        "SR-IOV capability of the PFs the config declares. Each finding says what was\n"
+        "seen and what to do; what could not be read (not root: /proc/kallsyms, the\n"
+        "kernel log) is listed.\n"
+        "Exit 1 when something blocks RDMA (a FAIL line), 0 otherwise; 2 when --root is\n"
+        "not a directory.",
     ),
 }
 
@@ -289,7 +293,7 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
             "--root",
             default="/",
             metavar="DIR",
-            help="read the host's /sys, /proc and /lib/modules under DIR (default /)",
+            help="read the host's /sys, /proc, /lib/modules and /boot under DIR (default /)",
         )
     elif name == "snapshot":
         cmd.add_argument(

@@ -1,12 +1,12 @@
 """The doctor's checks: one function per question, each a ``Check`` from what the
 host shows. Read-only: nothing here writes, loads or runs anything.
 
-Sources (FIELD.md, seeds 002 and 003): /proc/cmdline and /sys/kernel/iommu_groups/*/type
-for the IOMMU mode; /sys/class/infiniband/DEV/ports/N/link_layer per port;
-/sys/module/NAME (a built-in has no initstate and no holders) and
-/sys/module/mlx5_core/version (MOFED >= 23.10 for GPUDirect, seed 002);
-/lib/modules/RELEASE for what could be loaded; the rdmad config, read with tomllib,
-for the declared PFs and [peermem] mode.
+Sources (FIELD.md, seeds 002 and 003): /proc/cmdline, /sys/kernel/iommu_groups/*/type
+and the default domain for the IOMMU mode (``iommu.py``, with its rule);
+/sys/class/infiniband/DEV/ports/N/link_layer per port (``rdmadev.py``); /sys/module/NAME
+(a built-in has no initstate and no holders) and /sys/module/mlx5_core/version (MOFED >=
+23.10 for GPUDirect, seed 002); /lib/modules/RELEASE for what could be loaded; the rdmad
+config, read with tomllib, for the declared PFs and [peermem] mode.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections import Counter
 from typing import Any
 
 from rdmad import modsupport
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
+from rdmad.doctor.iommu import iommu
 from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
@@ -27,13 +27,12 @@ from rdmad.doctor.rdmadev import rdma_devices
 from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report, Status
 from rdmad.peermem.choice import decide
-from rdmad.peermem.facts import gather, kmsg_text
+from rdmad.peermem.facts import gather
 from rdmad.peermem.findings import log_findings
 from rdmad.peermem.names import CANDIDATES, PEER_API, modprobe_name
 from rdmad.tomlfiles import read_documents
 
 MOFED_MIN = (23, 10)  # seed 002: "Mellanox OFED drivers version 23.10 or above"
-TRANSLATED = ("DMA", "DMA-FQ")
 DEFAULT_CONFIG = "/etc/rdmad"
 
 
@@ -47,13 +46,14 @@ def run_checks(
     if log is None:
         notes.append(
             "the kernel log (/dev/kmsg) was not readable: failures only it explains "
-            "(symbol versions, the IOMMU default domain) are not checked"
+            "(symbol versions) are not checked, and the IOMMU default domain is read from "
+            "the command line or the kernel's build config"
         )
     release = fs.read("proc/sys/kernel/osrelease")
     checks = [
         rdma_devices(fs, release),
         drivers(fs),
-        iommu(fs, log or []),
+        iommu(fs, log, cfg, release),
         module_loading(fs),
         peermem_check(fs, _declared_mode(cfg), log or []),
         rxe(fs, release, declared=bool(cfg.get("rxe"))),
@@ -143,68 +143,6 @@ def drivers(fs: Root) -> Check:
                 "the GPU driver's DKMS modules"
             )
     return Check("drivers", status, summary, tuple(evidence), suggestion)  # type: ignore[arg-type]
-
-
-# --- IOMMU --------------------------------------------------------------------------------
-
-
-def iommu(fs: Root, log: list[str]) -> Check:
-    cmdline = fs.read("proc/cmdline")
-    tokens = cmdline.split() if cmdline is not None else []
-    flags = [t for t in tokens if "iommu" in t]
-    groups = fs.listdir("sys/kernel/iommu_groups")
-    types = Counter(fs.read(f"sys/kernel/iommu_groups/{g}/type") or "?" for g in groups)
-    evidence = [f"/proc/cmdline: {' '.join(flags) or 'no iommu options'}"]
-    if cmdline is None:
-        evidence = ["/proc/cmdline not readable"]
-    if groups:
-        evidence.append(
-            f"{len(groups)} IOMMU group(s): "
-            + ", ".join(f"{n} {t}" for t, n in types.most_common())
-        )
-    default = [kmsg_text(r) for r in log if "Default domain type" in r]
-    if default:
-        evidence.append(f"kernel: {default[-1].strip()}")
-    rdma_types = {}
-    for dev in fs.listdir("sys/class/infiniband"):
-        group = fs.link_name(f"sys/class/infiniband/{dev}/device/iommu_group")
-        if group is not None:
-            rdma_types[dev] = fs.read(f"sys/kernel/iommu_groups/{group}/type") or "?"
-    for dev, t in sorted(rdma_types.items()):
-        evidence.append(f"{dev}: IOMMU group type {t}")
-    fix = (
-        "add iommu=pt to the kernel command line (keeps the IOMMU for isolation, no "
-        "translation for host devices), then reboot"
-    )
-    translated = sorted(d for d, t in rdma_types.items() if t in TRANSLATED)
-    if translated:
-        return Check(
-            "iommu",
-            "warn",
-            f"translated DMA for {', '.join(translated)}: RDMA may fail with IBV_WC_LOC_PROT_ERR",
-            tuple(evidence),
-            fix,
-        )
-    if not groups:
-        return Check("iommu", "info", "no IOMMU groups (IOMMU off or unused)", tuple(evidence))
-    if "iommu=pt" in tokens or "iommu.passthrough=1" in tokens or rdma_types:
-        return Check(
-            "iommu",
-            "ok",
-            "passthrough (iommu=pt)"
-            if "iommu=pt" in tokens
-            else "RDMA devices are in passthrough (identity) groups",
-            tuple(evidence),
-        )
-    if any(t in TRANSLATED for t in types):
-        return Check(
-            "iommu",
-            "warn",
-            "translated default domain and no iommu=pt",
-            tuple(evidence),
-            fix,
-        )
-    return Check("iommu", "ok", "identity (passthrough) groups", tuple(evidence))
 
 
 # --- modules ------------------------------------------------------------------------------

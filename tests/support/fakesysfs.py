@@ -97,7 +97,9 @@ class FakeSysfs:
         self.write(f"{DEV}/{bdf}/sriov_numvfs", str(numvfs))
         self.write(f"{DEV}/{bdf}/sriov_drivers_autoprobe", "1")
 
-    def vf(self, pf: str, index: int, bdf: str, driver: str | None, iommu_group: int) -> None:
+    def vf(
+        self, pf: str, index: int, bdf: str, driver: str | None, iommu_group: int | None
+    ) -> None:
         self.pci(bdf, driver, iommu_group)
         self.link(f"{DEV}/{pf}/virtfn{index}", f"../{bdf}")
         self.link(f"{DEV}/{bdf}/physfn", f"../{pf}")
