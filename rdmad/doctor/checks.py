@@ -12,6 +12,7 @@ config, read with tomllib, for the declared PFs and [peermem] mode.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from typing import Any
@@ -23,7 +24,7 @@ from rdmad.doctor.iommu import iommu
 from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
-from rdmad.doctor.rdmadev import rdma_devices
+from rdmad.doctor.rdmadev import rdma_devices, scan_pci
 from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report, Status
 from rdmad.peermem.choice import decide
@@ -50,10 +51,11 @@ def run_checks(
             "the command line or the kernel's build config"
         )
     release = fs.read("proc/sys/kernel/osrelease")
+    pci = functools.cache(lambda: scan_pci(fs))  # one pass, shared, only if asked
     checks = [
-        rdma_devices(fs, release),
+        rdma_devices(fs, release, pci),
         drivers(fs),
-        iommu(fs, log, cfg, release),
+        iommu(fs, log, cfg, release, pci),
         module_loading(fs),
         peermem_check(fs, _declared_mode(cfg), log or []),
         rxe(fs, release, declared=bool(cfg.get("rxe"))),

@@ -30,8 +30,7 @@ from collections import Counter
 from typing import Any, Literal
 
 from rdmad.doctor.fs import Root
-from rdmad.doctor.pfs import PCI_DEVICES
-from rdmad.doctor.rdmadev import connectx_functions, hardware_devices
+from rdmad.doctor.rdmadev import PciScan, hardware_devices, scan_pci
 from rdmad.doctor.report import Check
 from rdmad.peermem.facts import kmsg_text
 
@@ -51,7 +50,11 @@ BUILD: dict[str, Domain] = {
 
 
 def iommu(
-    fs: Root, log: list[str] | None, cfg: dict[str, Any] | None = None, release: str | None = None
+    fs: Root,
+    log: list[str] | None,
+    cfg: dict[str, Any] | None = None,
+    release: str | None = None,
+    pci: PciScan | None = None,
 ) -> Check:
     """``log``: the kernel log's records, None when it could not be read."""
     cmdline = fs.read("proc/cmdline")
@@ -86,24 +89,30 @@ def iommu(
             tuple(evidence),
             FIX,
         )
-    related = rdma_related(fs, cfg or {})
-    evidence.append(
-        f"RDMA-related: {', '.join(related)}"
-        if related
-        else "nothing RDMA-related: no [[sriov]] or [peermem] declared; no RDMA device "
-        "other than rxe, no ConnectX function, no VF present"
-    )
+
+    def related() -> list[str]:  # read only where the answer depends on it
+        found = rdma_related(fs, cfg or {}, pci or (lambda: scan_pci(fs)))
+        evidence.append(
+            f"RDMA-related: {', '.join(found)}"
+            if found
+            else "nothing RDMA-related: no [[sriov]] or [peermem] declared; no RDMA device "
+            "other than rxe, no ConnectX function, no VF present"
+        )
+        return found
+
     if not groups:
-        return _no_groups(fs, log, logged, tokens, release, related, evidence)
+        domain, source = default_domain(fs, log, logged, tokens, release)
+        evidence.append(f"default domain: {domain or 'not known'} ({source})")
+        return _no_groups(domain, related(), evidence)
     if _cmdline_domain(tokens) == "passthrough":
-        option = "iommu=pt" if "iommu=pt" in tokens else "iommu.passthrough=1"
+        option = next(t for t in reversed(tokens) if _cmdline_domain([t]) is not None)
         return Check("iommu", "ok", f"passthrough ({option})", tuple(evidence))
     if rdma_types:  # none of them translated (above)
         return Check(
             "iommu", "ok", "RDMA devices are in passthrough (identity) groups", tuple(evidence)
         )
     if any(t in TRANSLATED for t in types):
-        if not related:
+        if not related():
             return Check(
                 "iommu",
                 "info",
@@ -116,19 +125,9 @@ def iommu(
     return Check("iommu", "ok", "identity (passthrough) groups", tuple(evidence))
 
 
-def _no_groups(
-    fs: Root,
-    log: list[str] | None,
-    logged: list[str],
-    tokens: list[str],
-    release: str | None,
-    related: list[str],
-    evidence: list[str],
-) -> Check:
+def _no_groups(domain: Domain | None, related: list[str], evidence: list[str]) -> Check:
     """No device is behind an IOMMU: nothing is translated now; say what a device it
     takes later would get, and warn only where that matters to RDMA."""
-    domain, source = default_domain(fs, log, logged, tokens, release)
-    evidence.insert(-1, f"default domain: {domain or 'not known'} ({source})")
     evidence.append(
         "with no IOMMU group, VFs made now get none either; the default domain applies "
         "once an IOMMU is on (in the firmware, intel_iommu=on / amd_iommu=on)"
@@ -189,7 +188,7 @@ def _cmdline_domain(tokens: list[str]) -> Domain | None:
     return found
 
 
-def rdma_related(fs: Root, cfg: dict[str, Any]) -> list[str]:
+def rdma_related(fs: Root, cfg: dict[str, Any], pci: PciScan) -> list[str]:
     """What makes a translated IOMMU matter here, in words (empty: nothing)."""
     out = []
     if cfg.get("sriov"):
@@ -198,8 +197,8 @@ def rdma_related(fs: Root, cfg: dict[str, Any]) -> list[str]:
     if mode in ("auto", "require"):
         out.append(f'[peermem] mode = "{mode}" declared')
     out += [f"RDMA device {d}" for d in hardware_devices(fs)[:3]]
-    out += [f"ConnectX function {p}" for p in connectx_functions(fs)[:3]]
-    vfs = [p for p in fs.listdir(PCI_DEVICES) if fs.exists(f"{PCI_DEVICES}/{p}/physfn")]
-    if vfs:
-        out.append(f"{len(vfs)} SR-IOV VF(s)")
+    functions = pci()
+    out += [f"ConnectX function {p}" for p in functions.connectx[:3]]
+    if functions.vfs:
+        out.append(f"{len(functions.vfs)} SR-IOV VF(s)")
     return out

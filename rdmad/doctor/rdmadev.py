@@ -19,6 +19,7 @@ driver and is seen once it has.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 from rdmad import modsupport
@@ -32,13 +33,26 @@ RXE_ADVICE = "declare an rxe link ([[rxe]] in rdmad.toml) for Soft-RoCE"
 _IN_KERNEL = {"loaded": "loaded", "builtin": "built in"}
 
 
-def connectx_functions(fs: Root) -> list[str]:
-    """PCI addresses of the Mellanox/NVIDIA (ConnectX) functions present."""
-    return [
-        pci
-        for pci in fs.listdir(PCI_DEVICES)
-        if (fs.read(f"{PCI_DEVICES}/{pci}/vendor") or "").lower() == MELLANOX
-    ]
+class PciFunctions(NamedTuple):
+    """The PCI functions that bear on RDMA, from one pass over /sys/bus/pci/devices."""
+
+    connectx: tuple[str, ...]  # Mellanox/NVIDIA (vendor 0x15b3)
+    vfs: tuple[str, ...]  # SR-IOV VFs (a ``physfn`` link), any vendor
+
+
+# Scans once, when first asked (run_checks shares one between the checks: a node has
+# hundreds of PCI functions).
+PciScan = Callable[[], PciFunctions]
+
+
+def scan_pci(fs: Root) -> PciFunctions:
+    connectx, vfs = [], []
+    for pci in fs.listdir(PCI_DEVICES):
+        if (fs.read(f"{PCI_DEVICES}/{pci}/vendor") or "").lower() == MELLANOX:
+            connectx.append(pci)
+        if fs.exists(f"{PCI_DEVICES}/{pci}/physfn"):
+            vfs.append(pci)
+    return PciFunctions(tuple(connectx), tuple(vfs))
 
 
 def hardware_devices(fs: Root) -> list[str]:
@@ -50,10 +64,10 @@ def hardware_devices(fs: Root) -> list[str]:
     ]
 
 
-def rdma_devices(fs: Root, release: str | None) -> Check:
+def rdma_devices(fs: Root, release: str | None, pci: PciScan | None = None) -> Check:
     devices = fs.listdir("sys/class/infiniband")
     if not devices:
-        return _none(fs, release)
+        return _none(fs, release, (pci or (lambda: scan_pci(fs)))().connectx)
     evidence: list[str] = []
     layers: Counter[str] = Counter()
     for dev in devices:
@@ -74,9 +88,8 @@ def rdma_devices(fs: Root, release: str | None) -> Check:
     return Check("rdma-devices", "ok", summary, tuple(evidence))
 
 
-def _none(fs: Root, release: str | None) -> Check:
+def _none(fs: Root, release: str | None, functions: tuple[str, ...]) -> Check:
     """No RDMA device: why, from the ConnectX functions and the mlx5 drivers."""
-    functions = connectx_functions(fs)
     if not functions:
         return Check(
             "rdma-devices",

@@ -149,3 +149,27 @@ def test_translated_groups_with_nothing_rdma_related_are_info(tmp_path: Path) ->
     assert (c.status, c.summary) == ("info", "translated default domain; nothing RDMA-related here")
     c = check(tmp_path, SRIOV)
     assert (c.status, c.summary) == ("warn", "translated default domain and no iommu=pt")
+
+
+@pytest.mark.parametrize("option", ["iommu=pt", "iommu.passthrough=y"])
+def test_passthrough_on_the_command_line_with_groups_is_ok(tmp_path: Path, option: str) -> None:
+    fs = node(tmp_path / "root", cmdline=f"ro intel_iommu=on {option}")
+    fs.pci("0000:17:00.0", "nvidia", iommu_group=5)
+    c = check(tmp_path, SRIOV)
+    assert (c.status, c.summary) == ("ok", f"passthrough ({option})")
+
+
+def test_the_pci_functions_are_read_once_for_both_checks(tmp_path: Path) -> None:
+    """rdma-devices and iommu both ask about the ConnectX functions (a node has hundreds
+    of PCI functions): one pass serves both."""
+    node(tmp_path / "root")
+    reads: list[str] = []
+
+    class Counting(Root):
+        def read(self, rel: str) -> str | None:
+            reads.append(rel)
+            return super().read(rel)
+
+    checks = {c.id: c for c in run_checks(Counting(str(tmp_path / "root")), None).checks}
+    assert checks["rdma-devices"].status == "fail" and checks["iommu"].status == "info"
+    assert reads.count("sys/bus/pci/devices/0000:17:00.0/vendor") == 1
