@@ -289,6 +289,12 @@ def _load_config(location: Path) -> config.LoadedConfig:
         ) from exc
 
 
+def command_line_keys(opts: RunOptions) -> tuple[str, ...]:
+    """The config keys ``rdmad run``'s options set (they win over the config's)."""
+    given = {"daemon.log_level": opts.log_level, "daemon.log_format": opts.log_format}
+    return tuple(key for key, value in given.items() if value is not None)
+
+
 async def serve(opts: RunOptions) -> int:
     spec = _initial_spec(opts.config)
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
@@ -313,6 +319,7 @@ async def serve(opts: RunOptions) -> int:
             dry_run=opts.dry_run,
             watchdog_interval=watchdog_interval(),
             started_with=services.start_settings(opts.config, spec),
+            command_line=command_line_keys(opts),
         ),
     )
     early = services.EarlyChanges(agent.status)  # metrics count the first pass too

@@ -57,6 +57,8 @@ class Memory:
         # from it: a reload cannot change them (rdmad.config.restart).
         self.in_effect: Desired | None = None
         self.needs_restart: tuple[str, ...] = ()
+        # Of those, the keys the command line sets: a restart does not apply them either.
+        self.pinned: tuple[str, ...] = ()
 
     def plan_state(self) -> PlanState:
         if not self.config_ok:
@@ -106,7 +108,10 @@ class Memory:
         self.peermem_held = None  # a reload is how a user says "try again"
         if self.in_effect is None:
             self.in_effect = self.shared.options.started_with or loaded.desired
-        self.needs_restart = start_only_changes(self.in_effect, loaded.desired)
+        changed = start_only_changes(self.in_effect, loaded.desired)
+        given = self.shared.options.command_line
+        self.pinned = tuple(k for k in changed if k in given)
+        self.needs_restart = tuple(k for k in changed if k not in given)
         log.info(
             "config.loaded",
             files=list(loaded.files),
@@ -115,6 +120,8 @@ class Memory:
         )
         if self.needs_restart:
             log.warning("config.needs_restart", keys=list(self.needs_restart))
+        if self.pinned:
+            log.warning("config.command_line_wins", keys=list(self.pinned))
         if not initial:
             self.record(
                 HistoryEntry(
@@ -128,13 +135,21 @@ class Memory:
         return True
 
     def restart_note(self) -> str | None:
-        """What the config in force changes that only a restart applies, or None."""
-        if not self.needs_restart:
-            return None
-        return (
-            f"the config changes {', '.join(self.needs_restart)}: read at start only, "
-            "in effect after `systemctl restart rdmad`; until then the old values stay"
-        )
+        """What the config in force changes that only a restart applies, and what it
+        changes that the command line sets (never applied), or None."""
+        notes = []
+        if self.needs_restart:
+            notes.append(
+                f"the config changes {', '.join(self.needs_restart)}: read at start only, "
+                "in effect after `systemctl restart rdmad`; until then the old values stay"
+            )
+        if self.pinned:
+            options = ", ".join("--" + k.split(".", 1)[1].replace("_", "-") for k in self.pinned)
+            notes.append(
+                f"the config changes {', '.join(self.pinned)}, which rdmad's command line "
+                f"sets ({options}): the command line wins, also after a restart"
+            )
+        return "; ".join(notes) or None
 
     # --- state -----------------------------------------------------------------------------
 

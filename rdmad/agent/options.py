@@ -33,6 +33,9 @@ class AgentOptions(msgspec.Struct, frozen=True):
     # The settings read once at start ([api], [metrics], [daemon] logging and state_dir),
     # as the daemon set itself up with them; None: those of the first config loaded.
     started_with: Desired | None = None
+    # Config keys the daemon's command line sets (``daemon.log_level`` for --log-level):
+    # the command line wins over the config, now and after a restart.
+    command_line: tuple[str, ...] = ()
 
     def with_config(self, desired: Desired) -> AgentOptions:
         d = desired.daemon

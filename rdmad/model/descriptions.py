@@ -34,7 +34,10 @@ DESCRIPTIONS: dict[str, str] = {
         "`auto`: `console` on a terminal, `logfmt` otherwise (the journal). "
         "`rdmad run --log-format` overrides it."
     ),
-    "daemon.log_level": "The least level logged. `rdmad run --log-level` overrides it.",
+    "daemon.log_level": (
+        "The least level logged. `rdmad run --log-level` overrides it (then a config that "
+        "changes it is said to have no effect, also after a restart)."
+    ),
     "daemon.state_dir": (
         "Where `state.json` (state and history) and `rxe-claims.json` are kept. Left at "
         "the default, systemd's `StateDirectory=` is used when the unit sets it."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -168,6 +169,42 @@ async def test_a_reload_says_which_keys_only_a_restart_applies(rig: RigFactory) 
     await r.idle()
     assert not any("restart" in n for n in r.agent.status.current.notes)
     await r.stop()
+
+
+async def test_a_reload_of_a_key_the_command_line_sets_says_the_command_line_wins(
+    rig: RigFactory,
+) -> None:
+    """`rdmad run --log-level` sets daemon.log_level: a reload that changes it in the
+    config does not promise it for the next restart (the command line wins then too);
+    the keys the command line does not set still need a restart."""
+    started = desired(("rxe0", "eth0"))
+    r = rig(started, started_with=started, command_line=("daemon.log_level",))
+    await r.start()
+    await r.idle()
+    r.cfg.desired = msgspec.structs.replace(
+        desired(("rxe0", "eth0"), log_level="debug"), api=ApiSpec(socket="/run/elsewhere.sock")
+    )
+    r.agent.request_reload("sighup")
+    await r.idle()
+    note = (
+        "the config changes api.socket: read at start only, in effect after `systemctl "
+        "restart rdmad`; until then the old values stay; the config changes "
+        "daemon.log_level, which rdmad's command line sets (--log-level): the command "
+        "line wins, also after a restart"
+    )
+    assert note in r.agent.status.current.notes
+    [reloaded] = [h for h in r.agent.status.history() if h.event == "config-reloaded"]
+    assert reloaded.reason == note
+    await r.stop()
+
+
+def test_the_command_line_keys_of_rdmad_run() -> None:
+    from rdmad.daemon import RunOptions, command_line_keys
+
+    assert command_line_keys(RunOptions(config=Path("/etc/rdmad"))) == ()
+    assert command_line_keys(
+        RunOptions(config=Path("/etc/rdmad"), log_level="debug", log_format="json")
+    ) == ("daemon.log_level", "daemon.log_format")
 
 
 async def test_invalid_config_at_start_manages_nothing_and_deletes_nothing(
