@@ -81,13 +81,6 @@ def wait_converged(g: Guest, within: float = 180.0) -> float:
     return time.monotonic() - started
 
 
-def converged(g: Guest) -> bool:
-    try:
-        return bool(status_doc(g)["converged"])
-    except (AssertionError, ValueError, KeyError):  # the API is not up yet after a restart
-        return False
-
-
 def source_notes(doc: dict[str, Any]) -> list[str]:
     """Status notes saying an event source ended or failed (rdmad then relies on drift)."""
     return [n for n in doc["daemon"]["notes"] if "event source" in n]
