@@ -80,9 +80,10 @@ def freeze_startup_heap() -> None:
 
     Start-up leaves the generation counters near their thresholds, so the first full
     collection comes within seconds, and it walks all of them: 17-21 ms on a normal host,
-    ten times that under emulation, on the loop, in whatever event it lands on (the
-    likely cause of the rare slow first rxe re-create, bench/RESULTS.md). They live as
-    long as the daemon: nothing is lost by never collecting them. No collection first:
+    ten times that under emulation, on the loop, in whatever event it lands on. (It was
+    thought to be the slow first rxe re-create of bench_rxe; that sample is still slow
+    with the heap frozen, bench/NOTES.md 2026-11-28, so its cause is elsewhere.) They live
+    as long as the daemon: nothing is lost by never collecting them. No collection first:
     it would cost that same pause before the first pass.
     """
     gc.freeze()
