@@ -18,20 +18,21 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rdmad import __version__, config, exits, state
-from rdmad.fileio import write_atomic
-from rdmad.kernel.apply.oneshot import observe_host
-from rdmad.model import Action, ObjectState, ObjectStatus, Observed, PlanState, summarize
-from rdmad.reconcile import declared_objects, plan
-from rdmad.status import API_VERSION, PlanReport
+# Only what `check-config` needs is imported here: it is systemd's ExecReload (run on
+# every `systemctl reload rdmad`) and the Ansible role's validate step, and the
+# planner, the kernel layer and the status store (structlog, asyncio with them) are
+# most of this module's import time. plan, snapshot and run import them when run.
+from rdmad import __version__, config, exits
 from rdmad.text import safe
 
+if TYPE_CHECKING:
+    from rdmad.model import Action, ObjectStatus, Observed
+
 BOOT_ID = "proc/sys/kernel/random/boot_id"  # under --root
-STUCK = (ObjectState.BLOCKED, ObjectState.DEGRADED)  # a plan that leaves these exits 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +219,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "--state or --local",
             )
         return _print_daemon_plan(args)
+    from rdmad import state
+    from rdmad.kernel.apply.oneshot import observe_host
+    from rdmad.model import PlanState, summarize
+    from rdmad.reconcile import declared_objects, plan
+    from rdmad.status import PlanReport
+
     missing = _root_missing(args)
     if missing is not None:
         return missing
@@ -262,7 +269,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def plan_exit(statuses: list[ObjectStatus]) -> int:
     """0 when the plan reaches the declared state (changes to make are fine), 1 when it
     leaves an object blocked or degraded (the same rule as `rdmad-ctl plan`)."""
-    return exits.FAIL if any(s.state in STUCK for s in statuses) else exits.OK
+    from rdmad.model import ObjectState
+
+    stuck = (ObjectState.BLOCKED, ObjectState.DEGRADED)
+    return exits.FAIL if any(s.state in stuck for s in statuses) else exits.OK
 
 
 def _print_daemon_plan(args: argparse.Namespace) -> int:
@@ -317,7 +327,10 @@ def _boot_id(root: Path) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    from rdmad.fileio import write_atomic
+    from rdmad.kernel.apply.oneshot import observe_host
     from rdmad.snapshot import snapshot_doc
+    from rdmad.status import API_VERSION
 
     missing = _root_missing(args)
     if missing is not None:

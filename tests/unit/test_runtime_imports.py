@@ -45,3 +45,11 @@ def test_the_daemon_reaches_its_first_pass_without_the_web_and_metrics_libraries
         ("aiohttp", "prometheus_client", "rdmad.api"),
     )
     assert {"aiohttp", "prometheus_client", "rdmad.api", "rdmad.api.metrics"} <= set(after)
+
+
+def test_check_config_loads_neither_the_planner_nor_the_kernel_layer() -> None:
+    # `rdmad check-config` is the unit's ExecReload (every `systemctl reload`) and the
+    # Ansible role's validate step: it parses and validates, nothing more.
+    heavy = ("rdmad.reconcile", "rdmad.kernel", "rdmad.status", "rdmad.agent", "structlog")
+    assert _loaded("import rdmad.cli", heavy) == []
+    assert _loaded("import rdmad.cli", ("asyncio",)) == []
