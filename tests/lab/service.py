@@ -59,7 +59,8 @@ def _reloads(g: Guest) -> int:
 
 
 def stop_and_forget(g: Guest) -> None:
-    """Stop rdmad and remove its config and state, so the next test starts from nothing."""
+    """Stop rdmad and remove its config and state, for a test that needs a node rdmad
+    has never seen again (a test's own guest is discarded after it: no cleanup)."""
     g.run(
         "systemctl stop rdmad.service; systemctl reset-failed rdmad.service; "
         "rm -rf /etc/rdmad /var/lib/rdmad",

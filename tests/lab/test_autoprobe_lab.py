@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from harness import Guest
-from service import start, stop_and_forget
+from service import start
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
 
@@ -48,21 +48,18 @@ def test_autoprobe_off_is_written_before_the_vfs_after_a_reboot_and_a_reload(
     assert g.install_rdmad().unit_installed
     pf = g.igb_pf()
     autoprobe = f"/sys/bus/pci/devices/{pf}/sriov_drivers_autoprobe"
-    try:
-        assert g.check(f"cat {autoprobe}").strip() == "1"  # the kernel's default
-        start(g, config(pf))
-        restored(g, pf, 120)
-        assert g.check(f"cat {autoprobe}").strip() == "0"
-        assert drivers(g, pf) == ["igbvf", "-"]
+    assert g.check(f"cat {autoprobe}").strip() == "1"  # the kernel's default
+    start(g, config(pf))
+    restored(g, pf, 120)
+    assert g.check(f"cat {autoprobe}").strip() == "0"
+    assert drivers(g, pf) == ["igbvf", "-"]
 
-        g.check("systemctl enable rdmad.service")
-        g.reboot()
-        restored(g, pf, 240)
-        assert g.check(f"cat {autoprobe}").strip() == "0"
-        assert drivers(g, pf) == ["igbvf", "-"]  # VF 1 never had a driver
+    g.check("systemctl enable rdmad.service")
+    g.reboot()
+    restored(g, pf, 240)
+    assert g.check(f"cat {autoprobe}").strip() == "0"
+    assert drivers(g, pf) == ["igbvf", "-"]  # VF 1 never had a driver
 
-        g.check("modprobe -r igb && modprobe igb", timeout=240)
-        restored(g, pf, 240)
-        assert drivers(g, pf) == ["igbvf", "-"]
-    finally:
-        stop_and_forget(g)
+    g.check("modprobe -r igb && modprobe igb", timeout=240)
+    restored(g, pf, 240)
+    assert drivers(g, pf) == ["igbvf", "-"]

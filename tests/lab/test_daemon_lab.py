@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from harness import Guest
-from service import journal, serving_veth, stop_and_forget, write_config
+from service import journal, serving_veth, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -25,14 +23,12 @@ def _show(guest: Guest, prop: str) -> str:
 
 
 @pytest.fixture
-def daemon_guest(guest: Guest) -> Iterator[Guest]:
+def daemon_guest(guest: Guest) -> Guest:
     report = guest.install_rdmad()
     assert report.unit_installed, "systemd/rdmad.service was not installed"
     serving_veth(guest, "labd0", "labd1", "10.79.0.1")
     write_config(guest, CONFIG)
-    yield guest
-    stop_and_forget(guest)
-    guest.run("ip link del labd0")
+    return guest
 
 
 def test_daemon_ready_status_reload_and_stop(daemon_guest: Guest) -> None:

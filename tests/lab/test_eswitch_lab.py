@@ -15,7 +15,6 @@ in the status, until both are let go; then the mode changes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from service import (
     history_entries,
     start,
     status_text,
-    stop_and_forget,
     wait_passes,
 )
 
@@ -42,11 +40,9 @@ MAC = "02:00:00:00:e5:00"
 
 
 @pytest.fixture
-def rdmad_guest(guest: Guest) -> Iterator[Guest]:
+def rdmad_guest(guest: Guest) -> Guest:
     assert guest.install_rdmad().unit_installed
-    yield guest
-    stop_and_forget(guest)
-    guest.nsim_delete(NSIM_ID)
+    return guest
 
 
 def config(netdev: str) -> str:

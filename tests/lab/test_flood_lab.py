@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import Guest, GuestTimeout, log
-from service import ctl, journal, start, stop_and_forget
+from service import ctl, journal, start
 
 # Alone: its answer times need the host's cores, not one shared with another guest (workers.py).
 pytestmark = [pytest.mark.lab, pytest.mark.lab_alone, pytest.mark.timeout(1200)]
@@ -60,17 +59,10 @@ netdev = {{ name = "{VETH}" }}
 
 
 @pytest.fixture
-def rdmad(guest: Guest) -> Iterator[Guest]:
+def rdmad(guest: Guest) -> Guest:
     assert guest.install_rdmad().unit_installed
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad")
-    yield guest
-    guest.run(
-        "systemctl stop 'lab-flood-*.service'; "
-        f"rm -f {DROPIN} {SCRIPT} {PROBE} /run/lab-flood-*.json; systemctl daemon-reload; "
-        f"userdel {FLOODER}; ip link del {VETH}; true",
-        timeout=120,
-    )
-    stop_and_forget(guest)
+    return guest
 
 
 def flood(g: Guest, name: str, user: str, target: str, address: str, n: int) -> str:

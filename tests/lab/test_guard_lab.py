@@ -25,11 +25,10 @@ Unloads the kernel refuses by itself, and timings, are not this file's business.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from harness import Guest, log
-from service import ctl, ctl_status, journal, reload, start, stop_and_forget, wait_passes
+from service import ctl, ctl_status, journal, reload, start, wait_passes
 from service import status_text as status
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
@@ -56,11 +55,9 @@ def unload_igb(g: Guest, env: str = "") -> tuple[bool, str]:
 
 
 @pytest.fixture
-def rdmad_guest(guest: Guest) -> Iterator[Guest]:
+def rdmad_guest(guest: Guest) -> Guest:
     assert guest.install_rdmad().unit_installed
-    yield guest
-    guest.run(f"ip netns del {NETNS} 2>/dev/null; rm -f {HOOK}; modprobe igb; true", timeout=120)
-    stop_and_forget(guest)
+    return guest
 
 
 def test_modprobe_r_igb_refused_while_a_vf_is_in_use(rdmad_guest: Guest) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,10 +13,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def veth(guest: Guest) -> Iterator[tuple[str, str]]:
+def veth(guest: Guest) -> tuple[str, str]:
     guest.check("ip link add labv0 type veth peer name labv1")
-    yield "labv0", "labv1"
-    guest.run("ip link del labv0")
+    return "labv0", "labv1"
 
 
 def _rxe_names(guest: Guest) -> set[str]:

@@ -18,11 +18,9 @@ the packaged unit (its sandbox included, which must still let it tell systemd):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from harness import Guest
-from service import reload, start, stop_and_forget
+from service import reload, start
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -50,19 +48,14 @@ def exec_stop(g: Guest) -> str:
 
 
 @pytest.fixture
-def node(guest: Guest) -> Iterator[Guest]:
+def node(guest: Guest) -> Guest:
     assert guest.install_rdmad().unit_installed
     # The RDMA core loaded, as on a MOFED node: a stack stop that leaves it loaded (the
     # stand-in unloads nothing) ends the pause the guard began (ExecStopPost=).
     guest.check("modprobe ib_core")
     guest.check(f"cat > {UNIT}", stdin=UNIT_TEXT.encode())
     guest.check("systemctl daemon-reload && systemctl start openibd.service", timeout=120)
-    yield guest
-    stop_and_forget(guest)
-    guest.run(
-        f"systemctl stop openibd.service; rm -f {UNIT} {DROPIN} {MARK}; systemctl daemon-reload",
-        timeout=120,
-    )
+    return guest
 
 
 def test_openibd_stop_asks_the_guard_then_runs_the_units_own_stop(node: Guest) -> None:

@@ -11,7 +11,6 @@ peermem there is an event.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +22,6 @@ from service import (
     history,
     history_entries,
     start,
-    stop_and_forget,
     wait_passes,
 )
 
@@ -90,13 +88,11 @@ def check(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rdmad(guest: Guest) -> Iterator[Guest]:
+def rdmad(guest: Guest) -> Guest:
     report = guest.install_rdmad()
     assert report.unit_installed
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad; modprobe -r nvidia_peermem nvidia; true")
-    yield guest
-    stop_and_forget(guest)
-    guest.run(f"( {STACK_STOP} ); modprobe -r nvidia; true", timeout=180)
+    return guest
 
 
 def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad: Guest) -> None:

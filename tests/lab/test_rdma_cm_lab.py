@@ -23,11 +23,9 @@ and rping hung in CONNECT while verbs QPs made by other processes worked and sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from harness import Guest, log
-from service import ctl, reload, start, status_text, stop_and_forget, write_config
+from service import ctl, reload, start, status_text, write_config
 from traffic import (
     END_A,
     RXE_A,
@@ -36,7 +34,6 @@ from traffic import (
     install_pair_at_boot,
     links_ready,
     make_pair,
-    remove_pair,
     rxe_config,
 )
 
@@ -46,15 +43,13 @@ DAEMON = '[daemon]\ndrift_interval = "1h"\nsettle = "150ms"\n\n'
 
 
 @pytest.fixture
-def rdmad(guest: Guest) -> Iterator[Guest]:
+def rdmad(guest: Guest) -> Guest:
     """The shared guest with the package installed (not started) and the veth pair."""
     report = guest.install_rdmad()
     assert report.compiled and report.unit_installed, report.output
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad")
     make_pair(guest)
-    yield guest
-    stop_and_forget(guest)
-    remove_pair(guest)
+    return guest
 
 
 def gone(g: Guest, *names: str) -> None:
@@ -136,4 +131,3 @@ def test_traffic_after_reboot(installed_guest: Guest) -> None:
     log(f"rebooted in {boot}")
     links_ready(g, timeout=180)
     check_traffic(g, "after a reboot")
-    stop_and_forget(g)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 from harness import Guest
-from service import ctl_status, start, stop_and_forget
+from service import ctl_status, start
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
 
@@ -49,55 +49,46 @@ def test_netns_mode_set_restored_blocked_and_kept_across_reload_and_reboot(
 ) -> None:
     g = installed_guest
     assert g.install_rdmad().unit_installed
-    try:
-        g.check("modprobe rdma_rxe", timeout=120)  # ib_core with it, in the default mode
-        assert g.run(is_mode("Y")).ok
+    g.check("modprobe rdma_rxe", timeout=120)  # ib_core with it, in the default mode
+    assert g.run(is_mode("Y")).ok
 
-        # --- declared: set in the running kernel, and the option written -------------------
-        start(g, CONFIG)
-        g.wait_for(is_mode("N"), timeout=60)
-        assert "netns exclusive" in g.check("rdma system show")
-        assert g.check(f"cat {OPTION}").strip().endswith("options ib_core netns_mode=0")
-        g.wait_until(
-            lambda: rdma_object(g)["state"] == "converged", timeout=60, what="rdma converged"
-        )
+    # --- declared: set in the running kernel, and the option written -------------------
+    start(g, CONFIG)
+    g.wait_for(is_mode("N"), timeout=60)
+    assert "netns exclusive" in g.check("rdma system show")
+    assert g.check(f"cat {OPTION}").strip().endswith("options ib_core netns_mode=0")
+    g.wait_until(lambda: rdma_object(g)["state"] == "converged", timeout=60, what="rdma converged")
 
-        # --- changed by hand: restored -------------------------------------------------------
-        g.check("rdma system set netns shared")
-        g.wait_for(is_mode("N"), timeout=60)
+    # --- changed by hand: restored -------------------------------------------------------
+    g.check("rdma system set netns shared")
+    g.wait_for(is_mode("N"), timeout=60)
 
-        # --- a namespace in the way: blocked, naming it; then it follows ---------------------
-        g.check("systemctl stop rdmad.service")
-        g.check("rdma system set netns shared")
-        g.check(f"ip netns add {NS}")
-        holder = g.start_unit("lab-netns-holder", f"exec ip netns exec {NS} sleep 900")
-        g.wait_for("pgrep -f '^sleep 900$' >/dev/null", timeout=60)
-        pid = g.check("pgrep -f '^sleep 900$'").strip()
-        g.check("systemctl start rdmad.service", timeout=300)
-        g.wait_until(lambda: rdma_object(g)["state"] == "blocked", timeout=60, what="rdma blocked")
-        reason = str(rdma_object(g)["reason"])
-        assert f"'{NS}' (ip netns): pid {pid} (sleep)" in reason, reason
-        assert g.run(is_mode("Y")).ok  # untouched
-        g.stop_unit(holder)
-        g.check(f"ip netns del {NS}")
-        g.wait_for(is_mode("N"), timeout=60)
+    # --- a namespace in the way: blocked, naming it; then it follows ---------------------
+    g.check("systemctl stop rdmad.service")
+    g.check("rdma system set netns shared")
+    g.check(f"ip netns add {NS}")
+    holder = g.start_unit("lab-netns-holder", f"exec ip netns exec {NS} sleep 900")
+    g.wait_for("pgrep -f '^sleep 900$' >/dev/null", timeout=60)
+    pid = g.check("pgrep -f '^sleep 900$'").strip()
+    g.check("systemctl start rdmad.service", timeout=300)
+    g.wait_until(lambda: rdma_object(g)["state"] == "blocked", timeout=60, what="rdma blocked")
+    reason = str(rdma_object(g)["reason"])
+    assert f"'{NS}' (ip netns): pid {pid} (sleep)" in reason, reason
+    assert g.run(is_mode("Y")).ok  # untouched
+    g.stop_unit(holder)
+    g.check(f"ip netns del {NS}")
+    g.wait_for(is_mode("N"), timeout=60)
 
-        # --- the RDMA stack reloaded (rdmad stopped: nothing of its doing) --------------------
-        g.check("systemctl stop rdmad.service")
-        unloaded = g.run(UNLOAD_STACK, timeout=240)
-        assert not g.exists("/sys/module/ib_core"), unloaded.describe() + g.check("lsmod")
-        g.check("modprobe rdma_rxe", timeout=120)
-        assert g.run(is_mode("N")).ok  # from the first moment: the option
+    # --- the RDMA stack reloaded (rdmad stopped: nothing of its doing) --------------------
+    g.check("systemctl stop rdmad.service")
+    unloaded = g.run(UNLOAD_STACK, timeout=240)
+    assert not g.exists("/sys/module/ib_core"), unloaded.describe() + g.check("lsmod")
+    g.check("modprobe rdma_rxe", timeout=120)
+    assert g.run(is_mode("N")).ok  # from the first moment: the option
 
-        # --- reboot: the same, and rdmad (enabled) says it converged -------------------------
-        g.check("systemctl enable rdmad.service")
-        g.reboot()
-        g.check("modprobe rdma_rxe", timeout=120)
-        assert g.run(is_mode("N")).ok
-        g.wait_until(
-            lambda: rdma_object(g)["state"] == "converged", timeout=120, what="rdma converged"
-        )
-    finally:
-        g.run(f"systemctl stop lab-netns-holder.service; ip netns del {NS} 2>/dev/null; true")
-        stop_and_forget(g)
-        g.run(f"rm -f {OPTION}; rdma system set netns shared 2>/dev/null; true")
+    # --- reboot: the same, and rdmad (enabled) says it converged -------------------------
+    g.check("systemctl enable rdmad.service")
+    g.reboot()
+    g.check("modprobe rdma_rxe", timeout=120)
+    assert g.run(is_mode("N")).ok
+    g.wait_until(lambda: rdma_object(g)["state"] == "converged", timeout=120, what="rdma converged")

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +53,7 @@ from daemon_proc import (
     wait_restarted,
 )
 from harness import Guest, log
-from service import STATE, history, serving_veth, start, stop_and_forget, write_config
+from service import STATE, history, serving_veth, start, write_config
 
 # Alone: the SIGKILL points land inside writes; the storm's pass count follows its pace.
 pytestmark = [pytest.mark.lab, pytest.mark.lab_alone, pytest.mark.timeout(1200)]
@@ -223,21 +222,14 @@ RESTART_DROPIN = "/run/systemd/system/rdmad.service.d/lab-restart-sec.conf"
 
 
 @pytest.fixture
-def rdmad_guest(guest: Guest) -> Iterator[Guest]:
+def rdmad_guest(guest: Guest) -> Guest:
     assert guest.install_rdmad().unit_installed
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad")
     guest.check(
         f"mkdir -p {RESTART_DROPIN.rsplit('/', 1)[0]} && "
         f"printf '[Service]\\nRestartSec=200ms\\n' > {RESTART_DROPIN} && systemctl daemon-reload"
     )
-    yield guest
-    stop_and_forget(guest)
-    guest.run(
-        f"rm -f {RESTART_DROPIN}; systemctl daemon-reload; rm -f {KILLED_STATE}; "
-        f"for l in $(ls /sys/class/net | grep '^{VETH}'); do ip link del $l 2>/dev/null; done; "
-        f"for l in $(ls /sys/class/net | grep '^labs'); do ip link del $l 2>/dev/null; done; true",
-        timeout=300,
-    )
+    return guest
 
 
 # --- SIGKILL mid-apply ----------------------------------------------------------------------

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from harness import Guest
-from service import STATE, reload, start, status_text, stop_and_forget, write_config
+from service import STATE, reload, start, status_text, write_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -123,19 +122,12 @@ def assert_event_driven(entry: dict[str, Any], *, planned_ahead: bool = False) -
 
 
 @pytest.fixture
-def rdmad(guest: Guest) -> Iterator[Guest]:
+def rdmad(guest: Guest) -> Guest:
     """The shared guest with rdmad installed (not started); everything undone after."""
     report = guest.install_rdmad()
     assert report.unit_installed
     guest.run("rm -rf /etc/rdmad /var/lib/rdmad")
-    yield guest
-    stop_and_forget(guest)
-    guest.run(
-        "systemctl stop 'lab-*.service'; "
-        "for l in $(ls /sys/class/net | grep '^labr'); do ip link del $l 2>/dev/null; done; "
-        "ip netns del labrns 2>/dev/null; true",
-        timeout=360,
-    )
+    return guest
 
 
 def virtio_netdev(g: Guest) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,7 +33,6 @@ from service import (
     journal,
     reload,
     start,
-    stop_and_forget,
     wait_passes,
     write_config,
 )
@@ -109,11 +107,10 @@ def igb_vfs(n: int) -> dict[int, dict[str, Any]]:
 
 
 @pytest.fixture
-def rdmad_guest(guest: Guest) -> Iterator[Guest]:
+def rdmad_guest(guest: Guest) -> Guest:
     report = guest.install_rdmad()
     assert report.unit_installed
-    yield guest
-    stop_and_forget(guest)
+    return guest
 
 
 # --- igb: converge, drift -------------------------------------------------------------------

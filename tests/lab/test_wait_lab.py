@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
 
 import pytest
 from harness import Guest
-from service import reload, stop_and_forget, write_config
+from service import reload, write_config
 from test_rxe_persistence import virtio_netdev
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
@@ -64,16 +63,10 @@ def config(pf: str, nic: str, *, missing: bool = False) -> str:
 
 
 @pytest.fixture
-def consumer_guest(installed_guest: Guest) -> Iterator[Guest]:
+def consumer_guest(installed_guest: Guest) -> Guest:
     g = installed_guest
     g.install_rdmad()
-    yield g
-    g.run(
-        f"systemctl disable --now {CONSUMER}; rm -f /etc/systemd/system/{CONSUMER} {RECORD}; "
-        f"rm -rf {DROPIN_DIR}; systemctl daemon-reload; systemctl reset-failed",
-        timeout=120,
-    )
-    stop_and_forget(g)
+    return g
 
 
 @pytest.mark.lab_needs("reboot")
