@@ -4,7 +4,8 @@ processes measured over the same window.
     .venv/bin/python bench/bench_idle.py [--window 60] [--quick]
 
 ``rdmad run`` with an empty config (this host's kernel, read only; state and API
-socket in a temp dir; its event sources and drift timer live) is started, and once
+socket in a temp dir; its event sources and drift timer live; the unit's
+``Environment=`` applied, rich hidden as in bench_start) is started, and once
 it sent READY=1 (NOTIFY_SOCKET played here), three processes are sampled over the
 same window: the daemon, ``sleep infinity`` (what "nothing" costs) and a bare
 ``python3 -c 'import time; time.sleep(1e9)'`` (the interpreter's own floor).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,11 +29,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_start import Notify, stop  # noqa: E402
+from bench_start import RUN_RDMAD, Notify, stop  # noqa: E402
 from headline import emit, row  # noqa: E402
 
 LAB = False
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def unit_environment(unit: Path = REPO / "systemd" / "rdmad.service") -> dict[str, str]:
+    """The unit's Environment= assignments (glibc's malloc thresholds): what the daemon
+    runs with on a node, and they change its RSS."""
+    env: dict[str, str] = {}
+    for line in unit.read_text().splitlines():
+        if line.startswith("Environment="):
+            for word in shlex.split(line.removeprefix("Environment=")):
+                key, _, value = word.partition("=")
+                env[key] = value
+    return env
 
 
 def cpu_s(pid: int) -> float:
@@ -62,11 +76,13 @@ def main() -> int:
             f'[daemon]\nstate_dir = "{work / "state"}"\n\n[api]\nsocket = "{work / "rdmad.sock"}"\n'
         )
         notify = Notify(work / "notify.sock")
-        env = dict(os.environ, NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(REPO))
+        env = dict(
+            os.environ, **unit_environment(), NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(REPO)
+        )
         argv = [
             sys.executable,
-            "-m",
-            "rdmad.cli",
+            "-c",
+            RUN_RDMAD,
             "run",
             "--config",
             str(etc),
@@ -115,7 +131,7 @@ def main() -> int:
         row("idle RSS", d["rss_mb"], s["rss_mb"], "sleep infinity", unit="MB"),
         row("idle RSS", d["rss_mb"], b["rss_mb"], "bare python sleeping", unit="MB"),
     ]
-    emit("idle", headline, window_s=window, processes=res)
+    emit("idle", headline, window_s=window, processes=res, environment=unit_environment())
     return 0
 
 

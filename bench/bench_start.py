@@ -15,9 +15,9 @@
   pass (rdmad.cli, rdmad.daemon) and of all it imports (the API and metrics too, which
   come in a worker thread beside the first pass: rdmad.services), wall time vs
   ``python3 -c pass``; the top 10 modules of all by their own time (median of the
-  runs). ``rich`` is hidden (sys.modules['rich'] = None): only
-  the dev tools install it, and structlog imports it when present; the package's
-  dependencies do not include it.
+  runs). ``rich`` is hidden (sys.modules['rich'] = None) everywhere, ``rdmad run``
+  included: only the dev tools install it, and structlog imports it when present; the
+  package's dependencies do not include it.
 
 Byte-code is compiled once first (an installed package has its .pyc files).
 Prints a table, then one JSON line.
@@ -49,6 +49,9 @@ from tests.support.fakesysfs import MLX5_PF, mlx5_node  # noqa: E402
 
 LAB = False
 HIDE_RICH = "import sys; sys.modules['rich'] = None; "
+# `rdmad run ARGS`, as the package's /usr/bin/rdmad runs it, with rich hidden: argv =
+# [python, "-c", RUN_RDMAD, "run", ...] (bench_idle runs it too).
+RUN_RDMAD = HIDE_RICH + "import runpy; runpy.run_module('rdmad.cli', run_name='__main__')"
 DAEMON_IMPORTS = "import rdmad.cli, rdmad.daemon"
 # What rdmad.services imports in a worker thread beside the first pass.
 SERVICE_IMPORTS = DAEMON_IMPORTS + "; import rdmad.services as s; s.import_services()"
@@ -72,6 +75,7 @@ async def main():
     agent = Agent(KernelHost(sys.argv[1]), lambda: config.load(location), clock=clock,
                   queue=queue, notifier=gate, options=AgentOptions())
     early = services.EarlyChanges(agent.status)
+    rdmad.daemon.freeze_startup_heap()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, agent.stop)
     # As rdmad.daemon.serve: the API and metrics beside the first pass, READY=1 gated.
@@ -168,11 +172,13 @@ def start_to_ready(n: int, work: Path, env: dict[str, str]) -> dict[str, list[fl
     cmds = {
         "bare": lambda: wall([py, "-c", "pass"], env),
         "empty": lambda: to_ready(
-            [py, "-m", "rdmad.cli", "run", "--config", str(empty), "--log-level", "warning"],
+            [py, "-c", RUN_RDMAD, "run", "--config", str(empty), "--log-level", "warning"],
             env,
             work,
         ),
-        "vf_rxe": lambda: to_ready([py, "-c", FAKE_ROOT_DAEMON, str(tree), str(cfg)], env, work),
+        "vf_rxe": lambda: to_ready(
+            [py, "-c", HIDE_RICH + FAKE_ROOT_DAEMON, str(tree), str(cfg)], env, work
+        ),
     }
     for fn in cmds.values():  # byte-code compiled, page cache warm
         fn()

@@ -9,8 +9,12 @@ appearing); they start on the loop when the import is done.
 Two promises survive the move:
 
 * ``READY=1`` still means "the node was reconciled *and* rdmad-ctl can reach the
-  daemon": ``ReadyGate`` holds the agent's READY=1 until the API socket exists (or
-  the API is disabled, failed, or did not come up in time).
+  daemon": the API socket is made (``rdmad.api.unixsock``: the standard library only,
+  final owner and mode, listening) before the import starts, and ``ReadyGate`` holds
+  the agent's READY=1 until then. A client that connects while aiohttp is still being
+  imported waits in the socket's backlog and is answered when the server starts; its
+  own timeout (rdmad-ctl's ``--timeout``) bounds the wait. If the services cannot
+  start, the socket is removed: a client is then refused, never left waiting.
 * Metrics count from the start: ``EarlyChanges`` listens to the status store from
   before the first pass and hands what it heard to ``Metrics`` when it exists.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,6 +44,7 @@ from rdmad.triggers import TriggerQueue
 if TYPE_CHECKING:
     from rdmad.api import ApiServer
     from rdmad.api.metrics import Metrics
+    from rdmad.api.unixsock import Listening
 
 log = structlog.get_logger("rdmad.daemon")
 
@@ -48,14 +54,15 @@ EARLY_CHANGES_MAX = 10_000
 # How long the services may take to import and start before READY=1 goes out without
 # them (the agent's own startup deadline is 30 s; a thread cannot be cancelled).
 SERVICES_DEADLINE = 60.0
+NO_API = "running without the local API: rdmad-ctl cannot reach this daemon"
 
 
 class ReadyGate:
     """A notifier that holds READY=1 until ``open()``; everything else goes through.
 
-    Held while the API is still starting: a unit ordered after rdmad (or an operator
-    right after ``systemctl start``) may call rdmad-ctl as soon as systemd says rdmad
-    is up. The last READY message held is sent when the gate opens.
+    Held until the API socket listens (or is known not to): a unit ordered after rdmad
+    (or an operator right after ``systemctl start``) may call rdmad-ctl as soon as
+    systemd says rdmad is up. The last READY message held is sent when the gate opens.
     """
 
     def __init__(self, inner: Notifier) -> None:
@@ -128,8 +135,8 @@ def import_services() -> float:
     """Import the API and metrics modules (in a worker thread); returns seconds taken."""
     started = time.monotonic()
     with no_ca_bundle():
-        import rdmad.api  # aiohttp
-        import rdmad.api.metrics  # prometheus_client  # noqa: F401
+        import rdmad.api.metrics  # prometheus_client
+        import rdmad.api.server  # aiohttp  # noqa: F401
 
     return time.monotonic() - started
 
@@ -167,30 +174,45 @@ async def start_services(
     deadline: float = SERVICES_DEADLINE,
     freeze: Callable[[], None] = gc.freeze,
 ) -> Services:
-    """Import (off the loop), then start metrics, exporters and the API; open the gate.
+    """Make the API socket and the metrics listener's, and open the gate; import (off
+    the loop), then start metrics, exporters and the API on those sockets.
 
     Never raises: the daemon's job is the node; a service that cannot start is logged.
     """
     services = Services()
+    spec, metrics_spec = _api_spec(location), _metrics_spec(location)
+    listening = _listen(spec)
+    scrape = await _bind_metrics(metrics_spec)
+    gate.open()
     try:
         seconds = await asyncio.wait_for(asyncio.to_thread(importer), deadline)
         from rdmad.api.metrics import Metrics
 
         services.metrics = Metrics(store, queue, earlier=early.hand_over())
-        services.exporters = await _start_exporters(services.metrics, _metrics_spec(location))
-        services.api = await _start_api(location, store, queue, services.metrics)
+        services.exporters = await _start_exporters(services.metrics, metrics_spec, scrape)
+        scrape = None  # the listener's now (closed by it if it failed)
+        services.api = await _start_api(location, spec, listening, store, queue, services.metrics)
+        listening = None  # the server's now (it removed the socket if it failed)
         freeze()  # what the API's and metrics' imports made (daemon.freeze_startup_heap)
         log.info("services.started", import_seconds=round(seconds, 3), api=services.api is not None)
     except asyncio.TimeoutError:
         log.error(
             "services.late",
             seconds=deadline,
-            consequence="READY=1 without the local API and metrics",
+            consequence="running without the local API and metrics",
         )
     except Exception as exc:
         log.exception("services.failed", error=str(exc))
     finally:
-        gate.open()
+        # Never served: refuse clients rather than keep them waiting.
+        if listening is not None:
+            from rdmad.api import unixsock
+
+            unixsock.remove(listening)
+        if scrape:
+            from rdmad.api import tcpsock
+
+            tcpsock.close(scrape)
     return services
 
 
@@ -199,6 +221,35 @@ def start_settings(location: Path, daemon: DaemonSpec) -> Desired:
     directory, [api], [metrics]), read as ``start_services`` reads them: what a reload
     that changes them must say needs a restart (``rdmad.config.restart``)."""
     return Desired(daemon=daemon, api=_api_spec(location), metrics=_metrics_spec(location))
+
+
+async def _bind_metrics(spec: MetricsSpec) -> list[socket.socket] | None:
+    """The metrics TCP listener's sockets, listening before aiohttp is imported; None
+    when there is none to serve or they cannot be bound (logged)."""
+    if not spec.listen:
+        return None
+    from rdmad.api import tcpsock
+
+    try:
+        return await tcpsock.bind(spec.listen)
+    except (OSError, ValueError) as exc:
+        log.error("metrics.listen-failed", listen=spec.listen, error=str(exc))
+        return None
+
+
+def _listen(spec: ApiSpec) -> Listening | None:
+    """The API socket, listening, before aiohttp is imported; None when the API is off or
+    the socket cannot be made (logged: the daemon runs on without the API)."""
+    if not spec.enabled:
+        log.info("api.disabled", why="[api] enabled = false")
+        return None
+    from rdmad.api import unixsock
+
+    try:
+        return unixsock.listen(Path(spec.socket), spec.read_group)
+    except unixsock.SocketError as exc:
+        log.error("api.failed", socket=spec.socket, error=str(exc), consequence=NO_API)
+        return None
 
 
 def _metrics_spec(location: Path) -> MetricsSpec:
@@ -210,9 +261,12 @@ def _metrics_spec(location: Path) -> MetricsSpec:
         return MetricsSpec()
 
 
-async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeable]:
-    """The textfile writer and TCP listener the config asks for. One that cannot start
-    is logged and left out: the daemon's job is the node, not its metrics."""
+async def _start_exporters(
+    metrics: Metrics, spec: MetricsSpec, sockets: list[socket.socket] | None
+) -> list[_Closeable]:
+    """The textfile writer and the TCP listener (on ``sockets``, bound already) the
+    config asks for. One that cannot start is logged and left out: the daemon's job is
+    the node, not its metrics."""
     started: list[_Closeable] = []
     if spec.textfile_dir:
         from rdmad.api.textfile import TextfileWriter
@@ -221,11 +275,11 @@ async def _start_exporters(metrics: Metrics, spec: MetricsSpec) -> list[_Closeab
         writer.start()
         started.append(writer)
         log.info("metrics.textfile", path=str(writer.path), interval=spec.textfile_interval)
-    if spec.listen:
+    if spec.listen and sockets:
         from rdmad.api.metrics_http import start_tcp_listener
 
         try:
-            listener = await start_tcp_listener(metrics, spec.listen)
+            listener = await start_tcp_listener(metrics, spec.listen, sockets=sockets)
         except (OSError, ValueError) as exc:
             log.error("metrics.listen-failed", listen=spec.listen, error=str(exc))
         else:
@@ -243,25 +297,24 @@ def _api_spec(location: Path) -> ApiSpec:
 
 
 async def _start_api(
-    location: Path, store: StatusView, queue: TriggerQueue, metrics: Metrics
+    location: Path,
+    spec: ApiSpec,
+    listening: Listening | None,
+    store: StatusView,
+    queue: TriggerQueue,
+    metrics: Metrics,
 ) -> ApiServer | None:
-    """The local API, or None: a failure to start it is logged and the daemon runs on
-    without it (keeping the node reconciled matters more than answering questions)."""
-    spec = _api_spec(location)
-    if not spec.enabled:
-        log.info("api.disabled", why="[api] enabled = false")
+    """The local API on the socket made before READY=1, or None: the API is off, its
+    socket could not be made, or it failed to start (logged; the daemon runs on without
+    it: keeping the node reconciled matters more than answering questions)."""
+    if listening is None:
         return None
     from rdmad.api import ApiServer
 
-    server = ApiServer(store, queue, location, spec, metrics=metrics)
+    server = ApiServer(store, queue, location, spec, metrics=metrics, listening=listening)
     try:
         await server.start()
     except Exception as exc:
-        log.error(
-            "api.failed",
-            socket=spec.socket,
-            error=str(exc),
-            consequence="running without the local API: rdmad-ctl cannot reach this daemon",
-        )
+        log.error("api.failed", socket=spec.socket, error=str(exc), consequence=NO_API)
         return None
     return server

@@ -15,53 +15,24 @@ between scrapes (Prometheus opens a new one for the next).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ipaddress
 import socket
 from typing import Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from rdmad.api import admission
+from rdmad.api import admission, tcpsock
 from rdmad.api.errors import json_error
 from rdmad.api.metrics import CONTENT_TYPE, Metrics
+from rdmad.api.tcpsock import ListenError, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 PATH = "/metrics"
 IDLE_SECONDS = 5.0  # a scrape takes milliseconds; Prometheus scrapes every 15 s or more
-BACKLOG = 128
 
 
 class AsyncCloseable(Protocol):
     async def close(self) -> None: ...
-
-
-class ListenError(ValueError):
-    """A ``listen`` value that is not host:port."""
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``"127.0.0.1:9478"`` -> ("127.0.0.1", 9478); ``"[::1]:9478"`` -> ("::1", 9478).
-
-    Port 0 asks the kernel for a free port (tests).
-    """
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ListenError(f"listen: expected host:port or [v6-address]:port, got {value!r}")
-    port = int(port_text)
-    if port > 65535:
-        raise ListenError(f"listen: port {port} is out of range (0-65535) in {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError as exc:
-            raise ListenError(f"listen: {host!r} is not an IPv6 address in {value!r}") from exc
-    elif ":" in host:
-        raise ListenError(f"listen: write an IPv6 address in brackets: [{host}]:{port}")
-    return host, port
 
 
 class MetricsListener:
@@ -95,10 +66,13 @@ async def start_tcp_listener(
     *,
     idle: float = IDLE_SECONDS,
     limits: admission.Limits | None = None,  # None: METRICS_LIMITS fitted to the fd limit
+    sockets: list[socket.socket] | None = None,  # bound already (tcpsock.bind; the daemon's)
 ) -> MetricsListener:
-    """Serve ``metrics`` on ``listen`` (host:port). Raises ListenError or OSError
+    """Serve ``metrics`` on ``listen`` (host:port), or on the ``sockets`` bound to it
+    already, which it then owns (closed if it fails). Raises ListenError or OSError
     (address in use, not local) when it cannot listen; the caller decides to go on."""
-    host, port = parse_listen(listen)
+    if sockets is None:
+        parse_listen(listen)  # a bad value is refused before anything is set up
 
     async def scrape(request: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
@@ -107,48 +81,24 @@ async def start_tcp_listener(
     app = web.Application(middlewares=[_json_errors], client_max_size=1024)
     app.router.add_get(PATH, scrape)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=idle)
-    await runner.setup()
-    sockets: list[socket.socket] = []
+    held = list(sockets or [])
     try:
-        sockets = await _bind(host, port)
+        await runner.setup()
+        if sockets is None:
+            held = await tcpsock.bind(listen)
         assert runner.server is not None  # set up
         fitted = limits or admission.fit(admission.METRICS_LIMITS, admission.fd_limit())
         slots = admission.Slots(fitted)  # one bound for every address it listens on
         acceptors = []
-        for sock in sockets:
+        for sock in held:
             acceptor = admission.Acceptor(sock, runner.server, slots, name="metrics")
             acceptor.start()
             acceptors.append(acceptor)
     except BaseException:
-        for sock in sockets:
-            sock.close()
+        tcpsock.close(held)
         await runner.cleanup()
         raise
-    return MetricsListener(runner, sockets, acceptors)
-
-
-async def _bind(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets on every address ``host`` names (as asyncio's create_server
-    binds them: SO_REUSEADDR, IPv6 sockets IPv6 only)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _name, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(BACKLOG)
-            sock.setblocking(False)
-    except BaseException:
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-        raise
-    return sockets
+    return MetricsListener(runner, held, acceptors)
 
 
 @web.middleware

@@ -57,7 +57,9 @@ class ApiServer:
         metrics: Metrics | None = None,  # the daemon's one Metrics; None: the server makes its own
         pause_root: str = "/",  # where run/rdmad/pause.json is written (a tree in tests)
         limits: admission.Limits | None = None,  # None: API_LIMITS fitted to the fd limit
+        listening: unixsock.Listening | None = None,  # made already (the daemon's, before READY)
     ) -> None:
+        self._given = listening
         self.limits = limits
         self.pause_root = pause_root
         self.store = store
@@ -81,10 +83,13 @@ class ApiServer:
         return Path(self.spec.socket)
 
     async def start(self) -> None:
-        """Create the socket (final owner and mode) and serve; raise SocketError or
-        OSError if it cannot be done (the daemon logs it and runs on without the API)."""
+        """Create the socket (final owner and mode), or take the one given, and serve;
+        raise SocketError or OSError if it cannot be done (the daemon logs it and runs on
+        without the API). A socket given is removed too when serving fails."""
         spec = self.spec
-        listening = unixsock.listen(self.path, spec.read_group)
+        listening, self._given = self._given, None
+        if listening is None:
+            listening = unixsock.listen(self.path, spec.read_group)
         notes = [listening.note] if listening.note else []
         read_gid = None if listening.note else listening.gid
         write_gid = unixsock.group_id(spec.write_group)

@@ -95,7 +95,11 @@ def test_importing_the_services_leaves_the_environment_as_it_was() -> None:
     assert out.stdout.split() == ["True", "None"]
 
 
-async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_dir: Path) -> None:
+async def test_ready_goes_out_once_the_api_socket_listens_before_the_import(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """READY=1 waits for the socket, not for aiohttp: a client that connects while the
+    import runs waits in the backlog and is answered once the server starts."""
     socket = short_dir / "rdmad.sock"
     sd = Systemd(socket)
     gate = services.ReadyGate(sd)
@@ -107,6 +111,8 @@ async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_d
             raise TimeoutError("never released")
         return services.import_services()
 
+    gate.notify("READY=1\nSTATUS=nothing declared")  # the agent's first pass is done
+    assert not any("READY=1" in s for s in sd.sent)  # held: no socket yet
     early = services.EarlyChanges(store)
     starting = asyncio.create_task(
         services.start_services(
@@ -118,18 +124,57 @@ async def test_ready_goes_out_once_the_api_socket_exists(tmp_path: Path, short_d
             importer=slow_import,
         )
     )
-    gate.notify("READY=1\nSTATUS=nothing declared")  # the agent's first pass is done
-    await asyncio.sleep(0)
-    assert not any("READY=1" in s for s in sd.sent) and not socket.exists()
+    for _ in range(100):  # bounded: the task's first step makes the socket
+        if sd.sent and sd.sent[-1].startswith("READY=1"):
+            break
+        await asyncio.sleep(0.01)
+    assert sd.sent[-1] == "READY=1\nSTATUS=nothing declared"
+    assert sd.socket_at_ready is True and not starting.done()  # the import still runs
+    answer = asyncio.create_task(asyncio.to_thread(_get_status, socket))
+    await asyncio.sleep(0.05)
+    assert not answer.done()  # connected, waiting in the backlog
     release.set()
     started = await asyncio.wait_for(starting, 30)
     try:
-        assert sd.sent[-1] == "READY=1\nSTATUS=nothing declared"
-        assert sd.socket_at_ready is True
         assert started.api is not None and started.metrics is not None
+        assert (await asyncio.wait_for(answer, 30)).startswith("HTTP/1.1 200")
     finally:
         await started.close()
     assert not socket.exists()
+
+
+def _get_status(socket: Path) -> str:
+    """GET /v1/status over the socket as root; the answer's status line."""
+    import socket as sockets
+
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(socket))
+        sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: rdmad\r\nConnection: close\r\n\r\n")
+        return sock.recv(4096).decode("latin-1").split("\r\n", 1)[0]
+
+
+async def test_services_that_cannot_start_remove_the_socket(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A socket nobody will serve is removed: a client is refused, not left waiting."""
+    socket = short_dir / "rdmad.sock"
+    sd = Systemd(socket)
+    gate = services.ReadyGate(sd)
+    gate.notify("READY=1")
+
+    def broken() -> float:
+        assert socket.exists()  # made before the import
+        raise ImportError("No module named 'aiohttp'")
+
+    store = StatusStore()
+    with structlog.testing.capture_logs():
+        started = await services.start_services(
+            config(tmp_path, socket), store, TriggerQueue(FakeClock()),
+            services.EarlyChanges(store), gate, importer=broken,
+        )  # fmt: skip
+    assert sd.sent == ["READY=1"] and sd.socket_at_ready is True
+    assert started.api is None and not socket.exists()
 
 
 async def test_the_heap_is_frozen_once_the_services_are_imported_and_started(

@@ -13,7 +13,6 @@ import structlog
 
 from rdmad import services
 from rdmad.api import unixsock
-from rdmad.api.metrics import Metrics
 from rdmad.api.unixsock import SocketError
 from rdmad.status import StatusStore
 from rdmad.triggers import TriggerQueue
@@ -102,17 +101,39 @@ def test_close_leaves_a_socket_that_is_no_longer_ours(short_dir: Path) -> None:
     assert path.read_text() == "someone else's"
 
 
+async def _start(location: Path) -> services.Services:
+    """The daemon's services (rdmad.services.start_services) as the daemon starts them;
+    READY=1 goes out whatever could not start."""
+    store = StatusStore()
+    systemd = _Sent()
+    gate = services.ReadyGate(systemd)
+    gate.notify("READY=1")
+    started = await services.start_services(
+        location, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate
+    )
+    assert systemd.sent == ["READY=1"]
+    return started
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def notify(self, state: str) -> None:
+        self.sent.append(state)
+
+
 async def test_daemon_runs_on_when_the_api_cannot_start(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "rdmad.toml").write_text(f'[api]\nsocket = "{blocker}/rdmad.sock"\n')
-    store = StatusStore()
-    queue = TriggerQueue(FakeClock())
-    metrics = Metrics(store, queue)
     with structlog.testing.capture_logs() as logs:
-        server = await services._start_api(tmp_path / "etc", store, queue, metrics)
-    assert server is None
+        started = await _start(tmp_path / "etc")
+    try:
+        assert started.api is None and started.metrics is not None  # READY=1 all the same
+    finally:
+        await started.close()
     [failed] = [e for e in logs if e["event"] == "api.failed"]
     assert failed["log_level"] == "error" and str(blocker) in failed["error"]
 
@@ -121,8 +142,8 @@ async def test_disabled_api_makes_no_socket(tmp_path: Path, short_dir: Path) -> 
     (tmp_path / "rdmad.toml").write_text(
         f'[api]\nenabled = false\nsocket = "{short_dir}/rdmad.sock"\n'
     )
-    store = StatusStore()
-    queue = TriggerQueue(FakeClock())
-    metrics = Metrics(store, queue)
-    server = await services._start_api(tmp_path, store, queue, metrics)
-    assert server is None and not (short_dir / "rdmad.sock").exists()
+    started = await _start(tmp_path)
+    try:
+        assert started.api is None and not (short_dir / "rdmad.sock").exists()
+    finally:
+        await started.close()
