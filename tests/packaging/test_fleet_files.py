@@ -1,7 +1,7 @@
 """The fleet's files the packages install under /usr/share/rdmad, read from the packaging
 files (no package is built here): the Prometheus alerting rules and the Grafana
 dashboard of deploy/, at the same paths in the .deb and the .rpm, each directory holding
-only what its consumer loads."""
+only what its consumer loads, and the documents naming the paths the packages use."""
 
 from __future__ import annotations
 
@@ -79,6 +79,15 @@ def test_the_dashboard_needs_no_import_inputs() -> None:
     variables = {v["name"]: v for v in doc["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert "${DS_" not in (REPO / "deploy/grafana/rdmad.json").read_text()
+
+
+def test_the_documents_name_the_installed_paths() -> None:
+    """Where operators look for them: METRICS.md says how to load them, the node's README
+    and the packaging README list them."""
+    for doc in ("docs/METRICS.md", "docs/README.md", "packaging/README.md"):
+        text = (REPO / doc).read_text()
+        for dest in wanted().values():
+            assert dest in text, f"{doc} does not name {dest}"
 
 
 def test_the_deb_and_rpm_content_checks_follow_this_list() -> None:
