@@ -1,7 +1,9 @@
-"""The alerting rules load in promtool and pass their unit tests (rules_test.yml)."""
+"""The alerting rules load in promtool, pass their unit tests (rules_test.yml), and load
+as installed with the `rule_files` glob docs/METRICS.md gives."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from rdmad import exits
 from rdmad.api import documents as docs
 from tests.api.test_converged_truth import CASES, ctl_status, rdmad_converged
 from tests.deploy.conftest import DEPLOY, require_tool
+from tests.packaging.conftest import REPO
+from tests.packaging.test_fleet_files import wanted as fleet_files
 
 RULES_DIR = DEPLOY / "prometheus"
 HINT = "apt-get install prometheus (scripts/fleet-deps.sh does it as root)"
@@ -84,3 +88,28 @@ def test_not_converged_alert_agrees_with_the_cli_for_every_state(tmp_path: Path)
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_installed_rules_load_as_metrics_md_says(tmp_path: Path) -> None:
+    """The directory as the packages install it (tests/packaging/test_fleet_files.py),
+    loaded with the `rule_files` glob docs/METRICS.md gives: every file in it is a rule
+    file (with the promtool tests beside them, the glob would fail)."""
+    promtool = require_tool("promtool", HINT)
+    share = "/usr/share/rdmad/"
+    for source, installed in fleet_files().items():
+        assert installed.startswith(share), installed
+        dest = tmp_path / installed.removeprefix(share)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes((REPO / source).read_bytes())
+    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "METRICS.md").read_text(), re.S)
+    config = [b for b in blocks if "rule_files:" in b]
+    assert len(config) == 1, "docs/METRICS.md shows one prometheus.yml snippet"
+    path = tmp_path / "prometheus.yml"
+    path.write_text(config[0].replace(share, f"{tmp_path}/"))
+    result = subprocess.run(
+        [promtool, "check", "config", str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = len(yaml.safe_load((RULES_DIR / "rdmad-alerts.yml").read_text())["groups"][0]["rules"])
+    assert f"SUCCESS: {rules} rules found" in result.stdout, result.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.packaging.conftest import REPO, build, need
 from tests.packaging.test_completions import wanted
 from tests.packaging.test_docs import DOC, deb_docs
+from tests.packaging.test_fleet_files import wanted as fleet_files
 
 SITE = "usr/lib/rdmad/lib/python3.11/site-packages"
 
@@ -64,6 +65,11 @@ def test_deb_ships_the_venv_commands_unit_config_and_docs(deb_tree: Path) -> Non
         assert (deb_tree / dest.lstrip("/")).read_bytes() == (
             REPO / "completion" / src
         ).read_bytes()
+    # The fleet's Prometheus rules and Grafana dashboard, as in the tree.
+    for source, installed in fleet_files().items():
+        shipped = (deb_tree / installed.lstrip("/")).read_bytes()
+        assert shipped == (REPO / source).read_bytes(), installed
+    assert not (deb_tree / "usr/share/rdmad/prometheus/rules_test.yml").exists()
 
 
 def test_deb_bytecode_is_read_without_its_source(deb_tree: Path) -> None:

@@ -13,12 +13,23 @@ import pytest
 from tests.packaging.conftest import REPO, need
 from tests.packaging.test_completions import wanted
 from tests.packaging.test_docs import DOC, rpm_docs
+from tests.packaging.test_fleet_files import wanted as fleet_files
 from tests.packaging.test_targets import TARGETS, bundled_for
 
 
 def _rpm_q(rpm: Path, *args: str) -> str:
     return subprocess.run(
         ["rpm", "-qp", *args, str(rpm)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _rpm_file(rpm: Path, path: str) -> bytes:
+    """One file of the package's payload, as it installs."""
+    return subprocess.run(
+        f"rpm2cpio {rpm} | cpio -i --quiet --to-stdout .{path}",
+        shell=True,
+        capture_output=True,
+        check=True,
     ).stdout
 
 
@@ -50,14 +61,12 @@ def test_rpm_files(rpm: Path) -> None:
     for dest in wanted("rpm").values():
         assert dest in files, dest
     assert not [f for f in files if "openibd.service.d" in f]  # written by rdmad, not shipped
-    # Same unit as the source tree, byte for byte.
-    unit = subprocess.run(
-        f"rpm2cpio {rpm} | cpio -i --to-stdout ./usr/lib/systemd/system/rdmad.service",
-        shell=True,
-        capture_output=True,
-        check=True,
-    ).stdout
-    assert unit == (REPO / "systemd" / "rdmad.service").read_bytes()
+    assert "/usr/share/rdmad/prometheus/rules_test.yml" not in files
+    # Same unit, Prometheus rules and Grafana dashboard as the source tree, byte for byte.
+    shipped = {"systemd/rdmad.service": "/usr/lib/systemd/system/rdmad.service", **fleet_files()}
+    for src, dest in shipped.items():
+        assert dest in files, dest
+        assert _rpm_file(rpm, dest) == (REPO / src).read_bytes(), dest
 
 
 def test_rpm_config_is_noreplace_and_venv_symlink_absolute(rpm: Path) -> None:
