@@ -238,7 +238,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     owned, state_line = state.describe_ownership(state_file, _boot_id(Path(args.root)))
     actions = plan(loaded.desired, observed, PlanState(managed_rxe=owned))
-    statuses = summarize(declared_objects(loaded.desired), actions)
+    statuses = summarize(declared_objects(loaded.desired, observed), actions)
     if args.json:
         report = PlanReport(time.time(), "rdmad plan", tuple(actions), tuple(statuses))
         _print_json(
