@@ -204,7 +204,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     else:
         files = ", ".join(loaded.files) or "no config files (nothing declared)"
         print(f"config OK: {files}")
-        print(f"  {len(d.sriov)} SR-IOV PF(s), {len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
+        named = sum(s.pf is not None for s in d.sriov)
+        chosen = len(d.sriov) - named  # by a selector: how many PFs depends on the node
+        sriov = f"{named} SR-IOV PF(s), " + (f"{chosen} PF selector(s), " if chosen else "")
+        print(f"  {sriov}{len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
     return exits.OK
 
 
