@@ -552,3 +552,17 @@ def test_the_readme_fleet_file_on_a_mixed_node() -> None:
     assert statuses["sriov select:driver=ice,pci_path=0000:3b:*"].state is ObjectState.CONVERGED
     [target] = [t for t in resolve(d, obs).targets if t.ref.pci == "0000:3b:00.0"]
     assert [(v.index, v.vlan) for v in target.vfs][:2] == [(0, 101), (1, 100)]
+
+
+def test_the_node_docs_show_the_readmes_table_of_what_each_tool_matches_on() -> None:
+    """docs/CONFIG.md is shipped to the node, README.md is not: the same table, line for
+    line, so neither falls behind the other."""
+
+    def table(text: str) -> list[str]:
+        start = text.index("What each tool matches a PF on:")
+        lines = text[start:].split("\n\n", 2)[1].splitlines()  # the paragraph after it
+        return [ln for ln in lines if ln.startswith("|")]
+
+    readme = table((ROOT / "README.md").read_text())
+    assert len(readme) >= 10 and readme[0].startswith("| | rdmad `select`")
+    assert table((ROOT / "docs" / "CONFIG.md").read_text()) == readme
