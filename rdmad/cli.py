@@ -205,7 +205,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     else:
         files = ", ".join(loaded.files) or "no config files (nothing declared)"
         print(f"config OK: {files}")
-        print(f"  {len(d.sriov)} SR-IOV PF(s), {len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
+        named = sum(s.pf is not None for s in d.sriov)
+        chosen = len(d.sriov) - named  # by a selector: how many PFs depends on the node
+        sriov = f"{named} SR-IOV PF(s), " + (f"{chosen} PF selector(s), " if chosen else "")
+        print(f"  {sriov}{len(d.rxe)} rxe link(s), peermem {d.peermem.mode}")
     return exits.OK
 
 
@@ -245,7 +248,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     owned, state_line = state.describe_ownership(state_file, _boot_id(Path(args.root)))
     actions = plan(loaded.desired, observed, PlanState(managed_rxe=owned))
-    statuses = summarize(declared_objects(loaded.desired), actions)
+    statuses = summarize(declared_objects(loaded.desired, observed), actions)
     if args.json:
         report = PlanReport(time.time(), "rdmad plan", tuple(actions), tuple(statuses))
         _print_json(

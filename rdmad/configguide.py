@@ -59,6 +59,51 @@ driver = "vfio-pci"
 """,
     ),
     Example(
+        "One file for a fleet",
+        "The same file on every node (Ansible, a DaemonSet's ConfigMap, an image): "
+        "every ConnectX-5/6 PF (vendor `15b3`, device `1017` or `101b`) gets 16 VFs, "
+        'split into groups as the sriov-network-operator\'s `pfNames: ["ens1f0#0-7"]` '
+        "does: VFs 0-7 for VMs (`vfio-pci`, VLAN 100), 8-15 for pods; VF 0 has a block of "
+        "its own that overrides its range's VLAN. Every Intel E810 PF (driver `ice`) "
+        "gets 8 VFs. Each MAC is derived on the node (unique, locally administered, the "
+        "same after a reboot or a re-install), so one file gives every VF of every node "
+        "its own. A node without a card of a kind has nothing to do for it (converged, "
+        "status says no PF matches); each PF a selector matches is named by its PCI "
+        "address in status (`sriov pci=0000:3b:00.0`), and `rdmad plan` shows each "
+        "derived MAC as the address it is.",
+        """\
+[[sriov]]
+select = { vendor = "15b3", device = ["1017", "101b"] }
+numvfs = 16
+autoprobe = false
+
+[[sriov.vf]]
+index = "0-7"
+mac = { derive = "pf-mac" }
+vlan = 100
+spoofchk = true
+driver = "vfio-pci"
+
+[[sriov.vf]]
+index = "8-15"
+mac = { derive = "pf-mac" }
+trust = true
+
+[[sriov.vf]]
+index = 0
+vlan = 101
+
+[[sriov]]
+select = { driver = "ice" }
+numvfs = 8
+
+[[sriov.vf]]
+index = "rest"
+mac = { derive = "machine-id" }
+spoofchk = true
+""",
+    ),
+    Example(
         "Soft-RoCE on a second NIC",
         "A node without RDMA hardware speaks RoCEv2 over the second port of its NIC: "
         "`rxe0` on the netdev of PCI function `0000:01:00.1`, found by its address so a "
@@ -145,6 +190,14 @@ NOT_DONE: tuple[tuple[str, str], ...] = (
         "rxe link rdmad made in this boot and the config no longer declares is deleted "
         "(once unused), but removing an `[[sriov]]` leaves its VFs as they are (declare "
         "`numvfs = 0` first to remove them).",
+    ),
+    (
+        "PFs a selector cannot see",
+        "A selector matches what the kernel shows now: a PF whose driver is unbound "
+        "matches no `driver` or `name` key until it is bound again (its PCI vendor and "
+        "device always match), and a PF two selectors match is left alone until one "
+        "declaration names it. Literal `pf` references keep waiting for their PF, as "
+        "before.",
     ),
     (
         "Anything in use",

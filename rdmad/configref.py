@@ -28,6 +28,7 @@ import msgspec
 from rdmad.configguide import EXAMPLES, NOT_DONE
 from rdmad.model import Desired
 from rdmad.model.descriptions import DESCRIPTIONS
+from rdmad.model.desired import Patterns, PciIds, VfIndex, VfMac
 from rdmad.model.validation import After, Before
 from rdmad.model.values import (
     AnyMac,
@@ -50,6 +51,10 @@ NAMED_TYPES: tuple[tuple[Any, str], ...] = (
     (PciAddress, "PCI address (`DDDD:BB:DD.F`; `BB:DD.F` is domain 0000)"),
     (IfName, "interface name (1-15 characters; no `/`, `:` or space)"),
     (RdmaName, "RDMA link name (1-63 of `A-Z a-z 0-9 _ . -`)"),
+    (PciIds, 'PCI ID (4 hex digits, `"15b3"`), or an array of them'),
+    (Patterns, "shell pattern (`*`, `?`, `[...]`), or an array of them"),
+    (VfIndex, 'integer 0-4095, a range (`"0-7"`) or `"rest"`'),
+    (VfMac, 'MAC address, unicast, or `{ derive = "pf-mac" }` / `{ derive = "machine-id" }`'),
 )
 
 

@@ -150,7 +150,7 @@ class PassRunner:
             return self._failed("plan", batch, cause, started, exc)
         self._succeeded("plan")
         planned_at = clock.monotonic()
-        objects = self.objects(actions)
+        objects = self.objects(actions, observed)
         reporter.publish_plan(objects, actions, cause, batch.through)
         if batch.plan_only:
             return clock.monotonic()  # asked for the plan only (the API): apply nothing
@@ -221,8 +221,8 @@ class PassRunner:
         self.timers.cancel("startup")
         self.reporter.set_ready(why)
 
-    def objects(self, actions: list[Action]) -> list[str]:
-        objs = declared_objects(self.memory.desired)
+    def objects(self, actions: list[Action], observed: Observed) -> list[str]:
+        objs = declared_objects(self.memory.desired, observed)
         for a in actions:
             if a.obj not in objs:
                 objs.append(a.obj)  # e.g. an undeclared rxe link rdmad created

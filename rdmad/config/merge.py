@@ -8,8 +8,12 @@ Merge rules (documented in etc/rdmad/rdmad.toml too):
   reference, e.g. ``pf = { pci = "0000:3b:00.0" }``). A later file that names
   the same object overrides the keys it sets; keys it does not set stay.
   Nested tables (``netdev``, ``pf``) are replaced whole.
-* ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF, same rule;
-  a VF's ``in_use_drift`` left unset follows its PF's.
+* ``[[sriov]]`` with a selector instead: keyed by ``select``, the same table key for key
+  (values compared as rdmad reads them: ``"15B3"`` is ``"15b3"``, one value is an array of
+  one). A selector and a literal ``pf`` are two declarations, never merged: which one
+  a PF follows is decided on the node (rdmad.reconcile.resolve).
+* ``[[sriov.vf]]`` entries are keyed by ``index`` within their PF (a VF, ``"0-7"`` or
+  ``"rest"``), same rule; a VF's ``in_use_drift`` left unset follows its PF's.
 * Within ONE file, overriding is not a merge but a mistake (two ``[[rxe]]`` with one
   ``name``, two ``[[sriov.vf]]`` with one ``index`` under one PF): the merge goes on as
   above, and ``repeats`` keeps both places so validation refuses the config.
@@ -90,7 +94,13 @@ class Merger:
         if index is not None and isinstance(item, dict) and identity:
             # Within one file a second declaration of an object is a mistake (which one
             # wins?), not an override: the same rule for an rxe link and a PF.
-            what = f"rxe {item['name']!r}" if section == "rxe" else f"PF {_describe(identity)}"
+            what = (
+                f"rxe {item['name']!r}"
+                if section == "rxe"
+                else f"the selector {identity[1]}"
+                if identity[0] == "select"
+                else f"PF {_describe(identity)}"
+            )
             self._seen_in_file(file, (section, index), (section, i), what)
         if index is None or not isinstance(item, dict):
             objects.append(dict(item) if isinstance(item, dict) else item)
@@ -121,13 +131,10 @@ class Merger:
     def _add_vf(self, file: str, pf_index: int, file_pf: int, j: int, vf: Any) -> None:
         vfs: list[Any] = self.merged["sriov"][pf_index]["vf"]  # callers made it a list
         match = None
-        if isinstance(vf, dict) and isinstance(vf.get("index"), int):
+        key = _vf_key(vf)
+        if key is not None:
             match = next(
-                (
-                    n
-                    for n, o in enumerate(vfs)
-                    if isinstance(o, dict) and o.get("index") == vf["index"]
-                ),
+                (n for n, o in enumerate(vfs) if _vf_key(o) == key),
                 None,
             )
         if match is None or not isinstance(vf, dict):
@@ -135,12 +142,12 @@ class Merger:
             match = len(vfs) - 1
             self._set(("sriov", pf_index, "vf", match), file, ("sriov", file_pf, "vf", j))
         target = vfs[match]
-        if isinstance(vf, dict) and isinstance(vf.get("index"), int):
+        if key is not None:
             self._seen_in_file(
                 file,
                 ("sriov", pf_index, "vf", match),
                 ("sriov", file_pf, "vf", j),
-                f"VF {vf['index']} of this PF",
+                f"VF {key} of this PF" if isinstance(key, int) else f"VFs {key!r} of this PF",
             )
         if isinstance(vf, dict):
             for key, value in vf.items():
@@ -150,9 +157,36 @@ class Merger:
                 )
 
 
+def _vf_key(vf: Any) -> int | str | None:
+    """What a later file names the same VF block by: its index, or its range's text
+    with spaces and case dropped ("0 - 7" is "0-7")."""
+    index = vf.get("index") if isinstance(vf, dict) else None
+    if isinstance(index, bool):
+        return None
+    if isinstance(index, int):
+        return index
+    if isinstance(index, str):
+        return "".join(index.split()).lower()
+    return None
+
+
 def _describe(identity: tuple[str, ...]) -> str:
     """('pci', '0000:3b:00.0') -> "pci=0000:3b:00.0", as status names a PF."""
     return "=".join(identity)
+
+
+def _select_identity(select: dict[str, Any]) -> tuple[str, ...]:
+    """A selector table as a key: each key's values as rdmad reads them, sorted."""
+    parts = []
+    for key in sorted(select):
+        raw = select[key]
+        values = raw if isinstance(raw, list) else [raw]
+        norm = sorted(
+            str(v).strip().lower().removeprefix("0x") if key in ("vendor", "device") else str(v)
+            for v in values
+        )
+        parts.append(f"{key}={'|'.join(norm)}")
+    return ("select", ",".join(parts))
 
 
 def _identity(section: str, item: Any) -> tuple[str, ...] | None:
@@ -163,6 +197,9 @@ def _identity(section: str, item: Any) -> tuple[str, ...] | None:
         name = item.get("name")
         return ("name", name) if isinstance(name, str) else None
     pf = item.get("pf")
+    select = item.get("select")
+    if pf is None and isinstance(select, dict) and select:
+        return _select_identity(select)
     if isinstance(pf, dict) and len(pf) == 1:
         ((kind, value),) = pf.items()
         if isinstance(value, str):

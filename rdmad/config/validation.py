@@ -10,6 +10,7 @@ from typing import Any
 from rdmad.config.errors import ConfigError
 from rdmad.config.merge import Merger
 from rdmad.model import Desired, NetdevRef
+from rdmad.model.desired import NO_PF
 from rdmad.model.validation import SpecError, validate
 
 
@@ -19,10 +20,18 @@ def parse(docs: Iterable[tuple[str, dict[str, Any]]]) -> tuple[Desired | None, l
     for file, doc in docs:
         merger.add(file, doc)
     errors: list[ConfigError] = list(merger.repeats)
+    # An [[sriov]] with neither pf nor select is told with the other errors, as a
+    # missing required key is (the Struct's own check runs only when the rest is valid).
+    sriov = merger.merged.get("sriov")
+    for i, item in enumerate(sriov if isinstance(sriov, list) else []):
+        if isinstance(item, dict) and "pf" not in item and "select" not in item:
+            errors.append(ConfigError(*merger.origin(("sriov", i, "pf")), NO_PF))
     try:
         desired = validate(Desired, merger.merged)
     except SpecError as exc:
         for loc, message in exc.problems:
+            if message == NO_PF:
+                continue  # said above
             file, path = merger.origin(loc)
             errors.append(ConfigError(file, path, message))
         return None, errors
@@ -63,8 +72,8 @@ def _one_mac_per_vf(desired: Desired, merger: Merger) -> list[ConfigError]:
     for i, pf in enumerate(desired.sriov):
         first: dict[str, tuple[str, str]] = {}
         for j, vf in enumerate(pf.vf):
-            if (mac := vf.mac) is None:
-                continue
+            if not isinstance(mac := vf.mac, str):
+                continue  # none declared, or derived on the node (checked there)
             file, path = merger.origin(("sriov", i, "vf", j, "mac"))
             key = str(mac).lower()
             if key in first:

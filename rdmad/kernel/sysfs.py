@@ -122,6 +122,24 @@ class Sysfs(SysfsFiles):
             autoprobe_unread=autoprobe_unread,
         )
 
+    def pci_ids(self, dev: str) -> tuple[str | None, str | None]:
+        """(vendor, device) of a PCI function as 4 lowercase hex digits ("8086", "10c9");
+        (None, None) for a netdevsim device, which has neither."""
+        if self.is_netdevsim(dev):
+            return None, None
+        base = self.device_dir(dev)
+        ids = []
+        for name in ("vendor", "device"):
+            text = (self.read(f"{base}/{name}") or "").strip().lower().removeprefix("0x")
+            ids.append(text if re.fullmatch(r"[0-9a-f]{4}", text) else None)
+        return ids[0], ids[1]
+
+    def machine_id(self) -> str | None:
+        """/etc/machine-id under the root: 32 hex digits, or None (absent, empty on a
+        first boot, "uninitialized", unreadable)."""
+        text = (self.read("etc/machine-id") or "").strip().lower()
+        return text if re.fullmatch(r"[0-9a-f]{32}", text) else None
+
     def sriov_pfs(self) -> list[str]:
         """PCI functions that can have VFs, then netdevsim devices (named netdevsimN)."""
         pci = [p for p in self.pci_addresses() if self.exists(f"{PCI_DEVICES}/{p}/sriov_totalvfs")]

@@ -95,17 +95,46 @@ DESCRIPTIONS: dict[str, str] = {
     "rxe.netdev.pci": "The netdev of this PCI function.",
     # [[sriov]]
     "[[sriov]]": (
-        "One SR-IOV physical function (PF) each. A later file's `[[sriov]]` with the "
-        "same `pf` reference is the same PF: it overrides the keys it sets."
+        "SR-IOV physical functions (PFs): one named by `pf`, or every PF a `select` "
+        "matches on this node (one file for a fleet). A later file's `[[sriov]]` with the "
+        "same `pf` reference, or the same `select` table, is the same declaration: it "
+        "overrides the keys it sets. A PF follows one declaration: a literal `pf` wins "
+        "over a selector for the PF it names; a PF two selectors match is blocked, naming "
+        "both."
     ),
     "sriov.pf": (
         "The PF: an inline table with exactly one of `name`, `mac`, `pci` (a PCI "
         "address is stable across renames). A reference that matches several PFs (a "
-        "MAC shared by two ports) is blocked."
+        "MAC shared by two ports) is blocked; one that matches none waits for it. "
+        "Exactly one of `pf` and `select`."
     ),
     "sriov.pf.name": "The PF by its netdev's name.",
     "sriov.pf.mac": "The PF by its netdev's permanent or current MAC address.",
     "sriov.pf.pci": "The PF by its PCI address.",
+    "sriov.select": (
+        "Every SR-IOV PF that matches each key given (an array: any of its values), as "
+        "the sriov-network-operator's `nicSelector` and systemd-networkd's `.link` "
+        "`[Match]` choose devices. Each PF it matches is an object of its own, named by "
+        "its PCI address (`sriov pci=0000:3b:00.0`); matching none on a node is "
+        "converged there, with a note."
+    ),
+    "sriov.select.vendor": (
+        "PCI vendor ID (`lspci -n`, sysfs `vendor`): `15b3` Mellanox/NVIDIA, `8086` "
+        "Intel, `14e4` Broadcom."
+    ),
+    "sriov.select.device": "PCI device ID (`lspci -n`, sysfs `device`), e.g. `1017` ConnectX-5.",
+    "sriov.select.driver": (
+        "The PF's bound driver (`mlx5_core`, `ice`, `igb`); a PF with no driver bound "
+        "does not match it."
+    ),
+    "sriov.select.pci_path": (
+        "The PF's PCI address (`0000:3b:*`: every function on bus 3b); a netdevsim "
+        "device's name (`netdevsim*`)."
+    ),
+    "sriov.select.name": (
+        "The PF's netdev name (`ens1f*`); a PF without a netdev (its driver unloaded) "
+        "does not match it."
+    ),
     "sriov.numvfs": (
         "How many VFs the PF has. A non-zero count changes only through 0, and only "
         "while no VF is in use."
@@ -122,15 +151,30 @@ DESCRIPTIONS: dict[str, str] = {
         "leaves it alone; `apply` rewrites it anyway (on several drivers that resets "
         "the VF under its user). A `[[sriov.vf]]` may set its own."
     ),
-    "sriov.vf": "The declared VFs of this PF, one `[[sriov.vf]]` each.",
+    "sriov.vf": "The declared VFs of this PF: one `[[sriov.vf]]` per VF or per range of VFs.",
     # [[sriov.vf]]
     "[[sriov.vf]]": (
-        "One VF of the `[[sriov]]` above it. An attribute left out is never touched. A "
-        "later file's `[[sriov.vf]]` with the same `index` under the same PF is the same "
-        "VF: it overrides the keys it sets."
+        'One VF (`index = 3`), a range of VFs (`index = "0-7"`) or the VFs no range '
+        'names (`index = "rest"`) of the `[[sriov]]` above it, as the '
+        'sriov-network-operator\'s `pfNames: ["ens1f0#0-7"]` groups them. An attribute '
+        "left out is never touched. A VF's own block overrides the keys its range sets, "
+        "a range the keys `rest` sets. A later file's `[[sriov.vf]]` with the same "
+        "`index` under the same PF is the same block: it overrides the keys it sets."
     ),
-    "sriov.vf.index": "The VF's number: below `numvfs`, each index once per PF.",
-    "sriov.vf.mac": "The VF's MAC address.",
+    "sriov.vf.index": (
+        'The VF\'s number, below `numvfs`, once per PF; or a range (`"8-15"`, ranges do '
+        'not overlap), or `"rest"`.'
+    ),
+    "sriov.vf.mac": (
+        'The VF\'s MAC address; or derived on the node: `{ derive = "pf-mac" }` from the '
+        "PF's permanent MAC and the VF index (follows the card), `{ derive = "
+        '"machine-id" }` from /etc/machine-id, the PF\'s address and the VF index (as '
+        "networkd's `MACAddressPolicy=persistent`). A derived MAC is the first 6 bytes "
+        "of the SHA-256 of `rdmad-vf-mac pf-mac=<mac> vf=<index>` (or `rdmad-vf-mac "
+        "machine-id=<id> pf=<pci> vf=<index>`) with the first byte's low bits `10`: "
+        "unicast, locally administered, the same after a reboot or a re-install; two "
+        "VFs of the node that would get one are both refused. A range's MAC is derived."
+    ),
     "sriov.vf.vlan": "The VF's VLAN ID (0: none).",
     "sriov.vf.qos": "The VLAN priority; needs `vlan`.",
     "sriov.vf.vlan_proto": (

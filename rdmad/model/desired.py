@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, field
 
-from rdmad.model.validation import After, Before
+from rdmad.model.validation import After, Before, SpecError, validate
 from rdmad.model.values import (
     AnyMac,
     Guid,
@@ -20,11 +20,15 @@ from rdmad.model.values import (
     IfName,
     InUseDriftPolicy,
     LinkState,
+    Pattern,
     PciAddress,
+    PciId,
     RdmaName,
     UnicastMac,
     VlanProto,
+    one_or_many,
     parse_duration,
+    unicast_mac,
 )
 
 # --- desired state (the config schema) ----------------------------------------------
@@ -77,11 +81,115 @@ class PfRef(NetdevRef, frozen=True):
         return f"PF with MAC {self.mac}"
 
 
-class VfSpec(_Spec, frozen=True):
-    """Declared settings of one VF; an attribute left out is never touched."""
+# A selector key's values: one, or an array of them (any matches).
+PciIds = Annotated[tuple[PciId, ...], Before(one_or_many)]
+Patterns = Annotated[tuple[Pattern, ...], Before(one_or_many)]
 
-    index: Annotated[int, Meta(ge=0, le=4095)]
-    mac: UnicastMac | None = None
+
+class PfSelect(_Spec, frozen=True):
+    """PFs chosen by what they are, not by name: every SR-IOV PF that matches each key
+    given (a key's array: any of its values). One file then fits every node of a fleet;
+    a node where nothing matches has nothing to do.
+
+    The keys are those the sriov-network-operator's ``nicSelector`` and systemd-networkd's
+    ``.link`` ``[Match]`` agree on for a PF: what the hardware is (PCI vendor and device
+    ID), which driver runs it, where it sits (PCI address pattern), and its netdev name."""
+
+    vendor: PciIds | None = None
+    device: PciIds | None = None
+    driver: Patterns | None = None
+    pci_path: Patterns | None = None
+    name: Patterns | None = None
+
+    KEYS = ("vendor", "device", "driver", "pci_path", "name")
+
+    def __post_init__(self) -> None:
+        if all(getattr(self, k) is None for k in self.KEYS):
+            raise ValueError(f"a selector needs at least one of {', '.join(self.KEYS)}")
+
+    def given(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [(k, v) for k in self.KEYS if (v := getattr(self, k)) is not None]
+
+    def key(self) -> str:
+        """'select:vendor=15b3,device=1017|1019': one word, for an object's name."""
+        return "select:" + ",".join(f"{k}={'|'.join(v)}" for k, v in self.given())
+
+    def describe(self) -> str:
+        """'vendor 15b3, device 1017 or 1019', for a message."""
+        return ", ".join(f"{k.replace('_', ' ')} {' or '.join(v)}" for k, v in self.given())
+
+
+class MacDerive(_Spec, frozen=True):
+    """A MAC computed on the node (rdmad.reconcile.macs has the formula): locally
+    administered, unicast, the same at every pass, reboot and re-install."""
+
+    # "pf-mac": from the PF's permanent MAC and the VF index (follows the card);
+    # "machine-id": from /etc/machine-id, the PF's address and the VF index (follows the
+    # installation, as systemd-networkd's MACAddressPolicy=persistent).
+    derive: Literal["pf-mac", "machine-id"]
+
+
+def _mac_value(value: object) -> object:
+    """A literal MAC (a string), or a table that says how to derive one."""
+    if isinstance(value, str):
+        return unicast_mac(value)
+    if isinstance(value, dict):
+        try:
+            return validate(MacDerive, value)
+        except SpecError as exc:
+            raise ValueError(
+                "; ".join(f"{'.'.join(map(str, loc)) or 'mac'}: {m}" for loc, m in exc.problems)
+            ) from None
+    if isinstance(value, MacDerive):
+        return value
+    raise ValueError(
+        'expected a MAC ("02:00:00:00:00:01") or how to derive one '
+        '({ derive = "pf-mac" } or { derive = "machine-id" })'
+    )
+
+
+REST = "rest"
+
+
+def _vf_index(value: object) -> object:
+    """A VF's index (3), a range of them ("0-7"), or "rest": the VFs no range names."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a VF index: {value!r}")
+    if isinstance(value, int):
+        if not 0 <= value <= 4095:
+            raise ValueError(f"a VF index runs 0..4095, not {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == REST:
+            return REST
+        lo, sep, hi = text.partition("-")
+        if sep and lo.strip().isdigit() and hi.strip().isdigit():
+            first, last = int(lo), int(hi)
+            if first <= last <= 4095:
+                return f"{first}-{last}"
+    raise ValueError(f'want a VF index (3), a range ("0-7") or "rest", not {value!r}')
+
+
+def vf_range(index: int | str) -> range | None:
+    """The VFs a range ("0-7") covers; None for one VF (3) or for "rest", whose VFs
+    depend on the other blocks and numvfs (rdmad.reconcile.resolve)."""
+    if isinstance(index, int) or index == REST:
+        return None
+    lo, _, hi = index.partition("-")
+    return range(int(lo), int(hi) + 1)
+
+
+VfIndex = Annotated[int | str, Before(_vf_index)]
+VfMac = Annotated[str | MacDerive, Before(_mac_value)]
+
+
+class _VfAttrs(_Spec, frozen=True, kw_only=True):
+    """A VF's settings; an attribute left out is never touched. ``index`` and ``mac`` are
+    here for their place (first, as a reader looks for them); each kind narrows them."""
+
+    index: VfIndex
+    mac: VfMac | None = None
     vlan: Annotated[int, Meta(ge=0, le=4094)] | None = None
     qos: Annotated[int, Meta(ge=0, le=7)] | None = None
     vlan_proto: VlanProto | None = None
@@ -112,6 +220,39 @@ class VfSpec(_Spec, frozen=True):
             )
 
 
+class VfSpec(_VfAttrs, frozen=True, kw_only=True):
+    """One VF's settings as the planner applies them: one index, a literal MAC. A
+    ``[[sriov.vf]]`` block (``VfBlock``) becomes these once its range and derived MAC
+    are known on the node (rdmad.reconcile.resolve)."""
+
+    index: Annotated[int, Meta(ge=0, le=4095)]
+    mac: UnicastMac | None = None
+
+
+class VfBlock(_VfAttrs, frozen=True, kw_only=True):
+    """One ``[[sriov.vf]]``: a VF (``index = 3``), a range of them (``index = "0-7"``) or
+    the VFs no range names (``index = "rest"``). A VF's own block overrides its range's
+    keys; a range's keys override the rest's."""
+
+    index: VfIndex
+    mac: VfMac | None = None
+
+    def __post_init__(self) -> None:
+        _VfAttrs.__post_init__(self)
+        if isinstance(self.index, int):
+            return
+        if isinstance(self.mac, str):
+            raise ValueError(
+                f"VFs {self.index} would all get MAC {self.mac}: a MAC for several VFs is "
+                'derived (mac = { derive = "pf-mac" } or { derive = "machine-id" })'
+            )
+        if self.node_guid is not None or self.port_guid is not None:
+            raise ValueError(
+                f"VFs {self.index} would all get one GUID: node_guid and port_guid are "
+                "declared per VF"
+            )
+
+
 class EswitchSpec(_Spec, frozen=True):
     """A PF's eSwitch (`devlink dev eswitch set`), set before its VFs are made. An option
     left out is left as the driver has it."""
@@ -121,8 +262,17 @@ class EswitchSpec(_Spec, frozen=True):
     encap_mode: Literal["none", "basic"] | None = None
 
 
-class SriovSpec(_Spec, frozen=True):
-    pf: PfRef
+# An [[sriov]] without a PF: said at its `pf` key, with the other errors (rdmad.config).
+NO_PF = (
+    "required key is missing (or select = { ... }: the PFs that match, e.g. "
+    'select = { vendor = "15b3" })'
+)
+
+
+class SriovSpec(_Spec, frozen=True, kw_only=True):
+    # Which PF: one named (pf), or every PF a selector matches (select).
+    pf: PfRef | None = None
+    select: PfSelect | None = None
     numvfs: Annotated[int, Meta(ge=0, le=4096)]
     driver_guard: bool = True
     # sriov_drivers_autoprobe: False leaves new VFs unbound until their declared driver
@@ -130,26 +280,50 @@ class SriovSpec(_Spec, frozen=True):
     autoprobe: bool | None = None
     eswitch: EswitchSpec | None = None  # None: not managed
     in_use_drift: InUseDriftPolicy = "report"
-    vf: tuple[VfSpec, ...] = ()
+    vf: tuple[VfBlock, ...] = ()
 
     def __post_init__(self) -> None:
-        seen: set[int] = set()
+        if self.pf is None and self.select is None:
+            raise ValueError(NO_PF)
+        if self.pf is not None and self.select is not None:
+            raise ValueError(
+                "pf and select are two ways to name PFs: a [[sriov]] has one of them "
+                "(a literal pf beside a selector is a [[sriov]] of its own, and wins)"
+            )
+        seen: set[int | str] = set()
+        spans: list[tuple[range, str]] = []
         problems = []
         for v in self.vf:
+            what = f"VF index {v.index}" if isinstance(v.index, int) else f"VFs {v.index!r}"
             if v.index in seen:
-                problems.append(f"VF index {v.index} is declared twice")
+                problems.append(f"{what} is declared twice")
             seen.add(v.index)
-            if v.index >= self.numvfs:
+            span = vf_range(v.index)
+            last = v.index if isinstance(v.index, int) else None if span is None else span[-1]
+            if last is not None and last >= self.numvfs:
+                verb = "does not exist" if isinstance(v.index, int) else "run past the last VF"
                 problems.append(
-                    f"VF index {v.index} does not exist with numvfs = {self.numvfs} "
-                    f"(indexes run 0..{self.numvfs - 1})"
+                    f"{what} {verb} with numvfs = {self.numvfs} (indexes run 0..{self.numvfs - 1})"
                 )
+            if span is not None:
+                for other, name in spans:
+                    if set(span) & set(other):
+                        problems.append(
+                            f"VFs {v.index!r} overlap VFs {name!r}: a VF is in one range "
+                            "(its own [[sriov.vf]] block overrides its range)"
+                        )
+                spans.append((span, str(v.index)))
         if problems:
             raise ValueError("; ".join(problems))
 
     @property
     def obj(self) -> str:
-        return f"sriov {self.pf.key()}"
+        """The object's name: the PF reference's, or (a selector matching nothing on
+        this node) the selector's. A PF a selector matches is named by its PCI address."""
+        if self.pf is not None:
+            return f"sriov {self.pf.key()}"
+        assert self.select is not None
+        return f"sriov {self.select.key()}"
 
 
 class RxeSpec(_Spec, frozen=True):

@@ -132,6 +132,10 @@ class PfObserved:
     driver_module: str | None = None
     # None: devlink was not read (a sysfs tree without netlink).
     eswitch: EswitchObserved | None = None
+    # PCI vendor and device ID, 4 lowercase hex digits ("15b3", "1017"), what a
+    # [[sriov]] selector matches on; None for a PF that is no PCI function (netdevsim).
+    vendor: str | None = None
+    device: str | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:
@@ -284,6 +288,9 @@ class Observed:
     pause_record: PauseObserved | None = None
     # None: not looked at (a hand-built snapshot): nothing is planned for [rdma].
     rdma_sys: RdmaSysObserved | None = None
+    # /etc/machine-id (32 lowercase hex digits), for MACs derived from it; None when
+    # absent or not one (a container without the host's): such MACs are not derived.
+    machine_id: str | None = None
 
     def netdev(self, name: str) -> NetdevObserved | None:
         for n in self.netdevs:

@@ -20,7 +20,7 @@ _PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _IFNAME_RE = re.compile(r"^[^/\s:]{1,15}$")
 
 
-def _unicast_mac(value: str) -> str:
+def unicast_mac(value: str) -> str:
     mac = value.strip().lower()
     if not _MAC_RE.match(mac):
         raise ValueError(f"not a MAC address (want xx:xx:xx:xx:xx:xx): {value!r}")
@@ -62,7 +62,33 @@ def _ifname(value: str) -> str:
     return value
 
 
-UnicastMac = Annotated[str, After(_unicast_mac)]
+def _pci_id(value: str) -> str:
+    """A PCI vendor or device ID as lspci -n and sysfs print it: 4 hex digits."""
+    ident = value.strip().lower().removeprefix("0x")
+    if not re.fullmatch(r"[0-9a-f]{4}", ident):
+        raise ValueError(f"not a PCI ID (want 4 hex digits, e.g. '15b3'): {value!r}")
+    return ident
+
+
+def _pattern(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"not a pattern (no spaces, not empty): {value!r}")
+    return value
+
+
+def one_or_many(value: object) -> object:
+    """A selector key: one string or an array of strings (any of them matches)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and not value:
+        raise ValueError("an empty array matches nothing; leave the key out instead")
+    return value
+
+
+UnicastMac = Annotated[str, After(unicast_mac)]
+PciId = Annotated[str, After(_pci_id)]
+# A shell-style pattern (fnmatch: *, ?, [...]), as udev and networkd's [Match] take.
+Pattern = Annotated[str, After(_pattern)]
 AnyMac = Annotated[str, After(_any_mac)]
 Guid = Annotated[str, After(_guid)]
 PciAddress = Annotated[str, After(_pci)]

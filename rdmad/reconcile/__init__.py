@@ -10,6 +10,10 @@ what they wait for (``Waiting``).
 Rules, each with a test in tests/unit/test_reconcile.py:
 
 * A node that matches its declaration plans nothing (idempotence).
+* ``[[sriov]]`` declarations are resolved on the node first (``resolve.py``): selectors
+  to the PFs they match (a literal ``pf`` wins over a selector; two selectors on one PF
+  are refused there), VF ranges to VFs, derived MACs to literals; the plan, status and
+  dry run show the literal values.
 * Objects that are not declared are never touched; the only exception is an
   rxe link rdmad itself created (``PlanState.managed_rxe``) that is no longer
   declared, and only when nothing holds it.
@@ -43,25 +47,33 @@ from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.peermem import plan_peermem
 from rdmad.reconcile.rdmasys import declared as rdma_declared
 from rdmad.reconcile.rdmasys import plan_rdma
+from rdmad.reconcile.resolve import find_pf, resolve
 from rdmad.reconcile.rxe import RXE_MODULE, find_netdev, plan_rxe
-from rdmad.reconcile.sriov import NETLINK_ATTRS, find_pf, plan_sriov
+from rdmad.reconcile.sriov import NETLINK_ATTRS, plan_sriov
 
 
 def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]:
     actions: list[Action] = []
     claimed: dict[str, str] = {}  # PF PCI address -> object that declared it
     actions.extend(plan_rdma(desired.rdma, observed))
-    for spec in desired.sriov:
-        actions.extend(plan_sriov(spec, observed, state, claimed))
+    resolution = resolve(desired, observed)
+    for target in resolution.targets:
+        actions.extend(plan_sriov(target, observed, state, claimed))
+    actions.extend(o.action for o in resolution.others)
     actions.extend(plan_rxe(desired, observed, state))
     actions.extend(plan_peermem(desired.peermem, observed, state))
     actions.extend(plan_guard(desired, observed))
     return stand_back(actions, observed)
 
 
-def declared_objects(desired: Desired) -> list[str]:
+def declared_objects(desired: Desired, observed: Observed | None = None) -> list[str]:
+    """The objects status lists. SR-IOV objects depend on the node (a selector's are
+    the PFs it matches there): without ``observed``, each declaration's own name."""
+    sriov = (
+        [s.obj for s in desired.sriov] if observed is None else resolve(desired, observed).objects()
+    )
     return (
-        [s.obj for s in desired.sriov]
+        sriov
         + [r.obj for r in desired.rxe]
         + peermem_declared(desired.peermem)
         + rdma_declared(desired.rdma)

@@ -31,8 +31,8 @@ from rdmad.model import (
     SyncOpenibdDropin,
     Waiting,
 )
+from rdmad.reconcile.resolve import find_pf, resolve
 from rdmad.reconcile.rxe import RXE_MODULE
-from rdmad.reconcile.sriov import find_pf
 
 GUARD_OBJ = "guard"
 
@@ -41,10 +41,10 @@ def guarded_modules(desired: Desired, observed: Observed) -> tuple[frozenset[str
     """(modules the hook must guard, whether a guarded PF's driver is unknown now)."""
     want: set[str] = set()
     unknown = False
-    for spec in desired.sriov:
-        if not spec.driver_guard:
+    for target in resolve(desired, observed).targets:
+        if not target.spec.driver_guard:
             continue
-        pf = find_pf(spec.pf, observed)
+        pf = find_pf(target.ref, observed)
         if not isinstance(pf, PfObserved) or pf.driver is None:
             unknown = True
         elif pf.driver_module is not None:

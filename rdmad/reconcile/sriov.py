@@ -14,7 +14,6 @@ from rdmad.model import (
     Blocked,
     InUseDrift,
     InUseDriftPolicy,
-    NetdevRef,
     Observed,
     PfObserved,
     PlanState,
@@ -34,6 +33,7 @@ from rdmad.model import (
     format_value,
 )
 from rdmad.reconcile.eswitch import plan_eswitch
+from rdmad.reconcile.resolve import SriovTarget, find_pf
 
 # PF drivers that create VFs only while the PF netdev is up (FIELD.md: bnxt).
 PF_UP_DRIVERS = frozenset({"bnxt_en"})
@@ -47,31 +47,15 @@ DEFAULT_VLAN_PROTO = "802.1Q"
 # --- SR-IOV ---------------------------------------------------------------------------
 
 
-def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | str | None:
-    """The PF a reference names; a string explains an ambiguous match (MACs can repeat:
-    bonds copy them, some NICs share one across ports)."""
-    hits = [
-        pf
-        for pf in observed.pfs
-        if (ref.pci is not None and pf.pci == ref.pci)
-        or (ref.name is not None and pf.netdev == ref.name)
-        or (ref.mac is not None and ref.mac in (pf.perm_mac, pf.mac))
-    ]
-    if len(hits) > 1:
-        pcis = ", ".join(pf.pci for pf in hits)
-        return f"{ref.describe()} matches several PFs ({pcis}); name it by PCI address"
-    return hits[0] if hits else None
-
-
 def plan_sriov(
-    spec: SriovSpec, observed: Observed, state: PlanState, claimed: dict[str, str]
+    target: SriovTarget, observed: Observed, state: PlanState, claimed: dict[str, str]
 ) -> list[Action]:
-    obj = spec.obj
-    pf = find_pf(spec.pf, observed)
+    obj, spec = target.obj, target.spec
+    pf = find_pf(target.ref, observed)
     if isinstance(pf, str):
         return [Blocked(obj, pf)]
     if pf is None:
-        return [Waiting(obj, f"{spec.pf.describe()} is not present (no SR-IOV capable device)")]
+        return [Waiting(obj, f"{target.ref.describe()} is not present (no SR-IOV capable device)")]
     if pf.pci in claimed:
         return [Blocked(obj, f"{pf.pci} is already declared as {claimed[pf.pci]!r}")]
     claimed[pf.pci] = obj
@@ -88,13 +72,15 @@ def plan_sriov(
         return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
     # Before VFs are made: the eSwitch mode decides their vports and representors,
     # autoprobe their binding.
-    first = plan_eswitch(obj, spec.eswitch, pf, state) + _autoprobe(obj, spec, pf)
+    # A VF whose MAC could not be had (not derivable here, not unique) says so first.
+    first = [*target.notes]
+    first += plan_eswitch(obj, spec.eswitch, pf, state) + _autoprobe(obj, spec, pf)
     if pf.numvfs != spec.numvfs:
-        return first + _plan_numvfs(obj, spec, pf, state)
+        return first + _plan_numvfs(obj, target, pf, state)
 
     actions: list[Action] = first
     netlink_changes: list[VfChange] = []
-    for vf_spec in spec.vf:
+    for vf_spec in target.vfs:
         vf = pf.vf(vf_spec.index)
         if vf is None or vf.pci is None:
             actions.append(
@@ -133,7 +119,8 @@ def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:
     return [SetAutoprobe(obj, why, pci=pf.pci, old=pf.drivers_autoprobe, new=want)]
 
 
-def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:
+def _plan_numvfs(obj: str, target: SriovTarget, pf: PfObserved, state: PlanState) -> list[Action]:
+    spec = target.spec
     actions = _numvfs_steps(obj, spec, pf)
     creates = any(isinstance(a, SetNumVfs) and a.new > 0 for a in actions)
     if creates and spec.autoprobe is not None and pf.autoprobe_unread is not None:
@@ -147,14 +134,16 @@ def _plan_numvfs(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) ->
             )
         ]
     if creates:
-        actions.extend(_new_vf_settings(obj, spec, pf, state))
+        actions.extend(_new_vf_settings(obj, target, pf, state))
     if creates and pf.driver in PF_UP_DRIVERS and pf.operstate_up is False and pf.netdev:
         why = f"{pf.driver} creates VFs only while the PF is up"
         return [SetLinkUp(obj, why, netdev=pf.netdev), *actions]
     return actions
 
 
-def _new_vf_settings(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState) -> list[Action]:
+def _new_vf_settings(
+    obj: str, target: SriovTarget, pf: PfObserved, state: PlanState
+) -> list[Action]:
     """The declared rtnetlink settings of the VFs a numvfs write creates, sent right after it.
 
     VFs that did not exist hold nothing and carry the driver's defaults, so there is
@@ -166,8 +155,8 @@ def _new_vf_settings(obj: str, spec: SriovSpec, pf: PfObserved, state: PlanState
     if pf.netdev is None:
         return []  # the follow-up pass says why nothing can be set (Blocked)
     changes: list[VfChange] = []
-    for vf_spec in spec.vf:
-        if vf_spec.index >= spec.numvfs:
+    for vf_spec in target.vfs:
+        if vf_spec.index >= target.spec.numvfs:
             continue
         wanted, implied = netlink_wanted(vf_spec)
         for attr, new in wanted:

@@ -133,6 +133,27 @@ def test_bad_variable_never_reaches_the_live_file(node: Path) -> None:
     assert reloads(node) == 1
 
 
+def test_one_inventory_wide_list_with_selectors_ranges_and_derived_macs(node: Path) -> None:
+    """The group_vars form: PFs chosen by what they are, VFs by range, MACs derived on the
+    node; mappings are rendered as TOML inline tables, the real check-config accepts it."""
+    fleet = [
+        {
+            "select": {"vendor": "15b3", "device": ["1017", "101b"]},
+            "numvfs": 16,
+            "vf": [
+                {"index": "0-7", "mac": {"derive": "pf-mac"}, "vlan": 100},
+                {"index": "rest", "mac": {"derive": "machine-id"}, "trust": True},
+            ],
+        }
+    ]
+    result = run(node, rdmad_sriov=fleet, rdmad_rxe=[])
+    assert result.returncode == 0, result.stdout + result.stderr
+    dropin = (node / "etc" / "rdmad.d" / "50-ansible.toml").read_text()
+    assert 'select = { vendor = "15b3", device = ["1017", "101b"] }' in dropin
+    assert 'index = "0-7"\nmac = { derive = "pf-mac" }\nvlan = 100' in dropin
+    assert 'index = "rest"\nmac = { derive = "machine-id" }\ntrust = true' in dropin
+
+
 def test_not_converged_fails_with_the_reason(node: Path) -> None:
     (node / "status.rc").write_text("1")
     (node / "status.json").write_text('{"reason": "VF 3 in use by pid 42"}')

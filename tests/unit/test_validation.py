@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmad.model import DaemonSpec, Desired, SriovSpec, VfSpec
+from rdmad.model.desired import VfBlock
 from rdmad.model.validation import SpecError, render, validate
 
 
@@ -79,7 +80,7 @@ def test_checks_normalize_and_strings_are_stripped() -> None:
 
 def test_the_result_is_frozen_hashable_and_its_defaults_are_fresh() -> None:
     s = validate(SriovSpec, {"pf": {"name": "eth0"}, "numvfs": 2, "vf": [{"index": 1}]})
-    assert s.vf == (VfSpec(index=1),) and hash(s) == hash(
+    assert s.vf == (VfBlock(index=1),) and hash(s) == hash(
         validate(SriovSpec, msgspec.to_builtins(s))
     )
     with pytest.raises(AttributeError):

@@ -142,6 +142,7 @@ def observe(
         pause=pause,
         pause_record=pause_record,
         rdma_sys=observe_rdma_sys(sysfs),
+        machine_id=sysfs.machine_id() if pfs else None,
     )
 
 
@@ -351,8 +352,11 @@ def _pf(
                 usage=usage if blind is None else combine(usage, blind),
             )
         )
+    vendor, device = sysfs.pci_ids(pci)
     return PfObserved(
         pci=pci,
+        vendor=vendor,
+        device=device,
         driver=fn.driver,
         netdev=netdev,
         ifindex=facts.ifindex if facts else sysfs.read_int(f"sys/class/net/{netdev}/ifindex"),

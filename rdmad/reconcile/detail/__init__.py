@@ -26,6 +26,7 @@ from rdmad.reconcile.detail.sriov import sriov_detail
 from rdmad.reconcile.peermem import OBJ as PEERMEM_OBJ
 from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.rdmasys import OBJ as RDMA_OBJ
+from rdmad.reconcile.resolve import resolve
 
 __all__ = ["Describer", "describe"]
 
@@ -39,8 +40,11 @@ def describe(
     for action in actions:
         mine.setdefault(action.obj, []).append(action)
     out: dict[str, ObjectDetail] = {}
-    for spec in desired.sriov:
-        out[spec.obj] = sriov_detail(spec, observed, mine.get(spec.obj, ()))
+    resolution = resolve(desired, observed)
+    for target in resolution.targets:
+        out[target.obj] = sriov_detail(target, observed, mine.get(target.obj, ()))
+    for other in resolution.others:
+        out[other.obj] = ObjectDetail(kind="sriov", desired=other.desired)
     for rxe in desired.rxe:
         out[rxe.obj] = rxe_detail(rxe, observed, mine.get(rxe.obj, ()))
     if PEERMEM_OBJ in mine or PEERMEM_OBJ in peermem_declared(desired.peermem):

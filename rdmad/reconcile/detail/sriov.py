@@ -36,9 +36,9 @@ from rdmad.model import (
     Waiting,
 )
 from rdmad.reconcile.detail.verdicts import CONVERGED, DIFFERS, NOT_PRESENT, Verdict, worst
+from rdmad.reconcile.resolve import SriovTarget, find_pf
 from rdmad.reconcile.sriov import (
     bound_as_declared,
-    find_pf,
     ib_wanted,
     netlink_matches,
     netlink_wanted,
@@ -102,13 +102,22 @@ class _SriovPlan(msgspec.Struct):
         return p
 
 
-def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action]) -> ObjectDetail:
-    found = find_pf(spec.pf, observed)
+def sriov_detail(
+    target: SriovTarget, observed: Observed, actions: Iterable[Action]
+) -> ObjectDetail:
+    spec = target.spec
+    found = find_pf(target.ref, observed)
     pf = found if isinstance(found, PfObserved) else None
     plan = _SriovPlan.read(actions)
     numvfs = _numvfs(spec, pf, plan)
     present = {v.index: v for v in pf.vfs} if pf is not None else {}
-    declared = {v.index: v for v in spec.vf}
+    declared = {v.index: v for v in target.vfs}
+    # Where a selector or a derived MAC decided something, status says which.
+    fleet: dict[str, object] = {}
+    if target.select is not None:
+        fleet["select"] = target.select.key()
+    if target.derived:
+        fleet["derived_macs"] = sorted(target.derived)
     vfs = tuple(
         _vf(i, declared.get(i), present.get(i), plan, numvfs)
         for i in sorted(declared.keys() | present.keys())
@@ -116,7 +125,8 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
     return ObjectDetail(
         kind="sriov",
         desired={
-            "pf": spec.pf.key(),
+            "pf": target.ref.key(),
+            **fleet,
             "numvfs": spec.numvfs,
             "driver_guard": spec.driver_guard,
             "in_use_drift": spec.in_use_drift,
