@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import KW_ONLY, dataclass, field
 
+from rdmad.managers.facts import PfManagers
 from rdmad.modsupport import Support, cannot_load
 from rdmad.peermem.choice import Held
 from rdmad.peermem.facts import PeermemFacts
@@ -132,6 +133,9 @@ class PfObserved:
     driver_module: str | None = None
     # None: devlink was not read (a sysfs tree without netlink).
     eswitch: EswitchObserved | None = None
+    # What other network managers declare for this PF (rdmad.managers); None: not looked
+    # at (a hand-built snapshot).
+    managers: PfManagers | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:

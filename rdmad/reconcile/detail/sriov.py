@@ -122,6 +122,7 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "in_use_drift": spec.in_use_drift,
             "autoprobe": spec.autoprobe,
             "eswitch": None if spec.eswitch is None else _declared_eswitch(spec),
+            "owner": spec.owner,
         },
         observed={}
         if pf is None
@@ -134,6 +135,8 @@ def sriov_detail(spec: SriovSpec, observed: Observed, actions: Iterable[Action])
             "autoprobe": pf.drivers_autoprobe,
             "up": pf.operstate_up,
             "guard": guard_state(spec, pf, observed),
+            # Other network managers' SR-IOV declarations for it (None: not looked at).
+            "managers": None if pf.managers is None else pf.managers.to_json(),
             **_seen_eswitch(pf),
         },
         attributes=(numvfs, *_eswitch(spec, pf, plan), *_autoprobe(spec, pf, plan)),
