@@ -21,6 +21,7 @@ from rdmad import modsupport
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
 from rdmad.doctor.iommu import iommu
+from rdmad.doctor.managers import managers_check
 from rdmad.doctor.openibd import openibd_check
 from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
 from rdmad.doctor.pfs import label as pf_label
@@ -62,7 +63,11 @@ def run_checks(
         sriov(fs, cfg, cfg_note),
         rdma_netns(fs, cfg),
     ]
-    for extra in (eswitch_check(fs, cfg, devlink), openibd_check(fs)):
+    for extra in (
+        eswitch_check(fs, cfg, devlink),
+        managers_check(fs, cfg),
+        openibd_check(fs),
+    ):
         if extra is not None:
             checks.append(extra)
     if release:

@@ -151,6 +151,16 @@ DESCRIPTIONS: dict[str, str] = {
         "leaves it alone; `apply` rewrites it anyway (on several drivers that resets "
         "the VF under its user). A `[[sriov.vf]]` may set its own."
     ),
+    "sriov.owner": (
+        "Unset: while another network manager declares SR-IOV for this PF (a systemd "
+        "`.link` with `SR-IOVVirtualFunctions=` or `[SR-IOV]`, a `.network` with "
+        "`[SR-IOV]`, a NetworkManager profile with `[sriov]`, the SR-IOV network "
+        "operator's config daemon), rdmad writes nothing to the PF or its VFs: the object "
+        "is blocked, naming the manager and its file (a file rdmad cannot read, or one "
+        'that may apply to the PF, holds it too). `"rdmad"`: rdmad manages it anyway '
+        "(status notes that it overrides the other manager; stop that one from writing "
+        "it, or the two undo each other)."
+    ),
     "sriov.vf": "The declared VFs of this PF: one `[[sriov.vf]]` per VF or per range of VFs.",
     # [[sriov.vf]]
     "[[sriov.vf]]": (

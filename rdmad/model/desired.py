@@ -280,6 +280,10 @@ class SriovSpec(_Spec, frozen=True, kw_only=True):
     autoprobe: bool | None = None
     eswitch: EswitchSpec | None = None  # None: not managed
     in_use_drift: InUseDriftPolicy = "report"
+    # None: while another network manager declares SR-IOV for this PF (a systemd .link
+    # or .network, a NetworkManager profile, the SR-IOV operator), rdmad writes nothing to
+    # it and says so, rather than fight over it. "rdmad": rdmad manages it anyway.
+    owner: Literal["rdmad"] | None = None
     vf: tuple[VfBlock, ...] = ()
 
     def __post_init__(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import KW_ONLY, dataclass, field
 
+from rdmad.managers.facts import PfManagers
 from rdmad.modsupport import Support, cannot_load
 from rdmad.peermem.choice import Held
 from rdmad.peermem.facts import PeermemFacts
@@ -136,6 +137,9 @@ class PfObserved:
     # [[sriov]] selector matches on; None for a PF that is no PCI function (netdevsim).
     vendor: str | None = None
     device: str | None = None
+    # What other network managers declare for this PF (rdmad.managers); None: not looked
+    # at (a hand-built snapshot).
+    managers: PfManagers | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:

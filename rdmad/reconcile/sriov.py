@@ -14,6 +14,7 @@ from rdmad.model import (
     Blocked,
     InUseDrift,
     InUseDriftPolicy,
+    Note,
     Observed,
     PfObserved,
     PlanState,
@@ -59,6 +60,10 @@ def plan_sriov(
     if pf.pci in claimed:
         return [Blocked(obj, f"{pf.pci} is already declared as {claimed[pf.pci]!r}")]
     claimed[pf.pci] = obj
+    held = other_managers(obj, spec, pf)
+    if held is not None and isinstance(held, Blocked):
+        return [held]
+    overrides: list[Action] = [] if held is None else [held]
     if spec.numvfs > pf.totalvfs:
         return [
             Blocked(
@@ -73,7 +78,7 @@ def plan_sriov(
     # Before VFs are made: the eSwitch mode decides their vports and representors,
     # autoprobe their binding.
     # A VF whose MAC could not be had (not derivable here, not unique) says so first.
-    first = [*target.notes]
+    first = [*overrides, *target.notes]
     first += plan_eswitch(obj, spec.eswitch, pf, state) + _autoprobe(obj, spec, pf)
     if pf.numvfs != spec.numvfs:
         return first + _plan_numvfs(obj, target, pf, state)
@@ -103,6 +108,22 @@ def plan_sriov(
         else:
             actions.append(_settings(obj, pf, "restore declared settings of", netlink_changes))
     return actions
+
+
+def other_managers(obj: str, spec: SriovSpec, pf: PfObserved) -> Blocked | Note | None:
+    """Another network manager declares SR-IOV for the PF (or whether one does is
+    unknown): rdmad holds every write to it (the count, the eSwitch, autoprobe, the VFs'
+    settings and drivers) rather than undo the other's at each event and be undone in
+    turn, unless the config gives the PF to rdmad (``owner = "rdmad"``: a note says so)."""
+    seen = pf.managers
+    if seen is None or not seen.contested:
+        return None
+    if spec.owner == "rdmad":
+        return Note(obj, f'owner = "rdmad" overrides: {seen.describe()}; rdmad manages it anyway')
+    return Blocked(
+        obj,
+        f'held: {seen.describe()}; set owner = "rdmad" in its [[sriov]] to take it over',
+    )
 
 
 def _autoprobe(obj: str, spec: SriovSpec, pf: PfObserved) -> list[Action]:

@@ -227,6 +227,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
         "rdmad.tomlfiles", "rdmad.tomlcompat",  # tomllib (tomli on Python 3.10)
         "rdmad.netnsnames", "rdmad.exits",
         "rdmad.openibd",  # openibd.service's stop, read as the daemon reads it
+        "rdmad.managers",  # other managers' SR-IOV files, read as the daemon reads them
     )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before
@@ -373,3 +374,46 @@ def test_openibd_says_whether_its_stop_asks_the_guard(tmp_path: Path) -> None:
     (fs.root / "etc/systemd/system/openibd.service.d").mkdir(parents=True)
     os.symlink("gone", fs.root / "etc/systemd/system/openibd.service.d/x.conf")
     assert check().status == "warn" and "cannot be known" in check().summary
+
+
+def test_other_managers_of_a_declared_pf(tmp_path: Path) -> None:
+    fs = healthy(tmp_path / "root")
+    (tmp_path / "etc").mkdir()
+    declared = f'[[sriov]]\npf = {{ pci = "{CX}" }}\nnumvfs = 8\n'
+    (tmp_path / "etc/rdmad.toml").write_text(declared)
+
+    def check() -> Check:
+        checks = run_checks(Root(str(tmp_path / "root")), str(tmp_path / "etc")).checks
+        [found] = [c for c in checks if c.id == "other-managers"]
+        return found
+
+    assert (check().status, check().summary) == (
+        "ok",
+        "no other network manager declares SR-IOV for the 1 declared PF(s)",
+    )
+    fs.write(
+        "etc/NetworkManager/system-connections/ib.nmconnection",
+        "[connection]\nid=ib\ntype=infiniband\ninterface-name=ibp59s0\n[sriov]\ntotal-vfs=4\n",
+    )
+    held = check()
+    assert (held.status, held.summary) == (
+        "warn",
+        "1 declared PF(s) held: rdmad writes nothing to them",
+    )
+    assert held.evidence == (
+        f"pf pci={CX} ({CX}): NetworkManager declares SR-IOV for this PF in "
+        "/etc/NetworkManager/system-connections/ib.nmconnection ([sriov] total-vfs=4)",
+    )
+    assert 'owner = "rdmad"' in held.suggestion
+    (tmp_path / "etc/rdmad.toml").write_text(declared + 'owner = "rdmad"\n')
+    taken = check()
+    assert taken.status == "warn" and "taken over" in taken.summary
+    # A directory the doctor cannot read (not root): unknown, never "nothing there".
+    (tmp_path / "etc/rdmad.toml").write_text(declared)
+    os.remove(tmp_path / "root/etc/NetworkManager/system-connections/ib.nmconnection")
+    os.rmdir(tmp_path / "root/etc/NetworkManager/system-connections")
+    (tmp_path / "root/etc/NetworkManager/system-connections").symlink_to("loop")
+    (tmp_path / "root/etc/NetworkManager/loop").symlink_to("system-connections")
+    unknown = check()
+    assert unknown.status == "unknown"
+    assert "cannot list /etc/NetworkManager/system-connections: " in unknown.evidence[0]

@@ -258,6 +258,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "in_use_drift": "report",
         "autoprobe": None,
         "eswitch": None,
+        "owner": None,
     }
     assert sr.observed == {
         "pci": PF,
@@ -268,6 +269,7 @@ def test_converged_node_shows_desired_and_observed() -> None:
         "autoprobe": True,
         "up": None,
         "guard": "unknown (the hook file was not read)",
+        "managers": None,  # a hand-built snapshot: not looked at
     }
     assert [v.vf for v in sr.vfs] == [0, 1, 2, 3]  # declared and present, once each
     vf0 = sr.vfs[0]

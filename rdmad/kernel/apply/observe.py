@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
 from rdmad.kernel.ibcore import observe_rdma_sys
+from rdmad.kernel.managers import with_managers
 from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.openibd_dropin import observe_openibd
@@ -119,6 +120,9 @@ def observe(
         )
         for pci in sysfs.sriov_pfs()
     )
+    # Other managers' SR-IOV files, read again at each full observation (reload, drift
+    # check, a PF's own events): nothing tells when one is edited.
+    pfs = with_managers(sysfs, pfs)
     mods = Modules(sysfs)
     level = mods.support()
     why_no_modules = mods.loading_disabled_reason()

@@ -132,6 +132,7 @@ def sriov_detail(
             "in_use_drift": spec.in_use_drift,
             "autoprobe": spec.autoprobe,
             "eswitch": None if spec.eswitch is None else _declared_eswitch(spec),
+            "owner": spec.owner,
         },
         observed={}
         if pf is None
@@ -144,6 +145,8 @@ def sriov_detail(
             "autoprobe": pf.drivers_autoprobe,
             "up": pf.operstate_up,
             "guard": guard_state(spec, pf, observed),
+            # Other network managers' SR-IOV declarations for it (None: not looked at).
+            "managers": None if pf.managers is None else pf.managers.to_json(),
             **_seen_eswitch(pf),
         },
         attributes=(numvfs, *_eswitch(spec, pf, plan), *_autoprobe(spec, pf, plan)),
