@@ -10,6 +10,7 @@ from rdmad.managers import Claim, PfManagers
 from rdmad.model import Blocked, Note, ObjectState, Observed, PlanState, SetNumVfs, summarize
 from rdmad.reconcile import declared_objects, plan
 from rdmad.reconcile.detail.sriov import sriov_detail
+from rdmad.reconcile.resolve import resolve
 from tests.unit.test_reconcile import PF, desired, node, pf, sriov
 
 LINK = Claim(
@@ -80,7 +81,7 @@ def test_status_detail_shows_the_owner_and_the_claims() -> None:
     d = desired(sriov=[DECLARED])
     observed = claimed(PfManagers((LINK,)))
     actions = plan(d, observed, PlanState())
-    detail = sriov_detail(d.sriov[0], observed, actions).to_json()
+    detail = sriov_detail(resolve(d, observed).targets[0], observed, actions).to_json()
     assert detail["desired"]["owner"] is None
     assert detail["observed"]["managers"] == {
         "claims": [
