@@ -41,6 +41,9 @@ LONG_FIXTURES = ("fresh_guest", "installed_guest")
 # "state": its guest may start from a saved state; "boot": it must really boot (never
 # a state); "reboot": the test reboots it. Checked after the test (_check_declared).
 NEEDS_MARK = "lab_needs"
+# A test whose node has no emulated igb NIC (pytest.mark.lab_no_igb): booted, never
+# from a saved state (those have it), so it declares lab_needs("boot").
+NO_IGB_MARK = "lab_no_igb"
 NEEDS = frozenset({"state", "boot", "reboot"})
 LAB_REQUIRED_ENV = "RDMAD_LAB_REQUIRED"
 _POOL_KEY = pytest.StashKey[GuestPool]()
@@ -171,7 +174,10 @@ def _own_guest(
         pool = request.getfixturevalue("lab_pool_alone")
     request.node.stash[_POOL_KEY] = pool
     declared = needs(request.node)
-    g = pool.fresh(installed=installed, cold="boot" in declared)
+    igb = request.node.get_closest_marker(NO_IGB_MARK) is None
+    if not igb and "boot" not in declared:
+        raise pytest.UsageError(f"{request.node.nodeid}: lab_no_igb needs lab_needs('boot')")
+    g = pool.fresh(installed=installed, cold="boot" in declared, igb=igb)
     if "boot" in declared and installed:
         report = g.install_rdmad()
         if not report.compiled:

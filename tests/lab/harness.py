@@ -574,6 +574,7 @@ def qemu_command(
     disk: Path | None = None,
     keep_writes: bool = False,
     incoming: bool = False,
+    igb: bool = True,
 ) -> list[str]:
     """The guest's QEMU command line (accel=tcg always: KVM here hangs, see LAB.md).
 
@@ -583,7 +584,8 @@ def qemu_command(
     The disk is the image's rootfs or ``disk``, behind a copy-on-write overlay QEMU
     drops at exit (snapshot=on) unless ``keep_writes``. ``incoming``: the guest waits
     for a migration stream (``migrate-incoming`` on the monitor) instead of booting;
-    every device must then be as it was where the stream was saved.
+    every device must then be as it was where the stream was saved. ``igb``: False for a
+    node without the emulated SR-IOV NIC (its root port stays, empty).
     """
     drive = f"file={disk or image.rootfs},format=raw,if=virtio"
     if not keep_writes:
@@ -640,10 +642,10 @@ def qemu_command(
         f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
         "-device",
         "pcie-root-port,id=rp1,chassis=1,slot=1",
-        "-netdev",
-        "user,id=n1,restrict=on",
-        "-device",
-        "igb,bus=rp1,netdev=n1",
+    ]
+    if igb:
+        cmd += ["-netdev", "user,id=n1,restrict=on", "-device", "igb,bus=rp1,netdev=n1"]
+    cmd += [
         "-virtfs",
         f"local,path={REPO_ROOT},mount_tag=src,security_model=none,readonly=on",
     ]
@@ -720,9 +722,13 @@ class Guest:
         saved: SavedBoot | None = None,
         keep_disk: Path | None = None,
         cpus: int = ALONE_CPUS,
+        igb: bool = True,
     ) -> None:
+        if saved is not None and not igb:
+            raise LabError("a saved boot has the igb NIC: a guest without it is booted")
         self.image = image
         self.iommu = iommu
+        self.igb = igb
         self.cpus = saved.cpus if saved is not None else cpus
         self.name = name
         self.saved = saved
@@ -749,6 +755,7 @@ class Guest:
             smp=self.cpus,
             disk=self.keep_disk,
             keep_writes=self.keep_disk is not None,
+            igb=self.igb,
         )
         log(f"{self.name}: starting QEMU (TCG, iommu={self.iommu}, {self.cpus} vCPU)")
         self.proc = start_qemu(cmd, self.workdir)
@@ -1567,13 +1574,13 @@ class GuestPool:
             self._shared = self._boot("shared", installed=installed)
         return self._shared
 
-    def _boot(self, name: str, *, installed: bool, cold: bool = False) -> Guest:
+    def _boot(self, name: str, *, installed: bool, cold: bool = False, igb: bool = True) -> Guest:
         if self.last is not None and self.last not in (self._shared, self._fresh):
             self.last.close()  # a failed boot kept only for its report
         saved = None
         if not cold:
             saved = (self.installed_boot() if installed else None) or self.saved_boot()
-        guest = Guest(self.image, iommu=self.iommu, name=name, saved=saved, cpus=self.cpus)
+        guest = Guest(self.image, iommu=self.iommu, name=name, saved=saved, cpus=self.cpus, igb=igb)
         self.last = guest
         try:
             guest.boot()
@@ -1587,14 +1594,15 @@ class GuestPool:
             self._shared.close()
             self._shared = None
 
-    def fresh(self, *, installed: bool = False, cold: bool = False) -> Guest:
+    def fresh(self, *, installed: bool = False, cold: bool = False, igb: bool = True) -> Guest:
         """A guest of its own: as booted, or ``installed`` (rdmad's .deb in place, as
         install_rdmad() leaves it; from the installed_boot() where there is one).
         ``cold``: really booted, never from a saved state (the test installs rdmad
-        itself where it wants it)."""
+        itself where it wants it). ``igb`` False: a node without the emulated SR-IOV NIC
+        (booted: the saved states have it)."""
         self.discard_shared()
         self.release_fresh()
-        self._fresh = self._boot("fresh", installed=installed, cold=cold)
+        self._fresh = self._boot("fresh", installed=installed, cold=cold or not igb, igb=igb)
         return self._fresh
 
     def release_fresh(self) -> None:
