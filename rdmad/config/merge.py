@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmad import pfselect
 from rdmad.config.errors import ConfigError
 from rdmad.model.validation import Loc, render
 
@@ -177,16 +178,7 @@ def _describe(identity: tuple[str, ...]) -> str:
 
 def _select_identity(select: dict[str, Any]) -> tuple[str, ...]:
     """A selector table as a key: each key's values as rdmad reads them, sorted."""
-    parts = []
-    for key in sorted(select):
-        raw = select[key]
-        values = raw if isinstance(raw, list) else [raw]
-        norm = sorted(
-            str(v).strip().lower().removeprefix("0x") if key in ("vendor", "device") else str(v)
-            for v in values
-        )
-        parts.append(f"{key}={'|'.join(norm)}")
-    return ("select", ",".join(parts))
+    return ("select", pfselect.identity(select))
 
 
 def _identity(section: str, item: Any) -> tuple[str, ...] | None:

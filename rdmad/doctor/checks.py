@@ -6,7 +6,8 @@ and the default domain for the IOMMU mode (``iommu.py``, with its rule);
 /sys/class/infiniband/DEV/ports/N/link_layer per port (``rdmadev.py``); /sys/module/NAME
 (a built-in has no initstate and no holders) and /sys/module/mlx5_core/version (MOFED >=
 23.10 for GPUDirect, seed 002); /lib/modules/RELEASE for what could be loaded; the rdmad
-config, read with tomllib, for the declared PFs and [peermem] mode.
+config, read with tomllib, for the declared PFs (named, or the PFs present that its
+selectors match: ``declared``) and [peermem] mode.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import os
 import re
 from typing import Any
 
-from rdmad import modsupport
+from rdmad import modsupport, pfselect
+from rdmad.doctor.declared import Declared, declared_pfs
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
 from rdmad.doctor.iommu import iommu
 from rdmad.doctor.managers import managers_check
 from rdmad.doctor.openibd import openibd_check
-from rdmad.doctor.pfs import device_dir, is_netdevsim, resolve_pf
-from rdmad.doctor.pfs import label as pf_label
+from rdmad.doctor.pfs import device_dir, is_netdevsim
 from rdmad.doctor.rdmadev import rdma_devices, scan_pci
 from rdmad.doctor.rdmasys import rdma_netns
 from rdmad.doctor.report import Check, Report, Status
@@ -53,19 +54,20 @@ def run_checks(
         )
     release = fs.read("proc/sys/kernel/osrelease")
     pci = functools.cache(lambda: scan_pci(fs))  # one pass, shared, only if asked
+    declared = declared_pfs(fs, cfg)
     checks = [
         rdma_devices(fs, release, pci),
         drivers(fs),
-        iommu(fs, log, cfg, release, pci),
+        iommu(fs, log, cfg, release, pci, declared=len(declared.pfs)),
         module_loading(fs),
         peermem_check(fs, _declared_mode(cfg), log or []),
         rxe(fs, release, declared=bool(cfg.get("rxe"))),
-        sriov(fs, cfg, cfg_note),
+        sriov(fs, declared, cfg_note),
         rdma_netns(fs, cfg),
     ]
     for extra in (
-        eswitch_check(fs, cfg, devlink),
-        managers_check(fs, cfg),
+        eswitch_check(fs, declared, devlink),
+        managers_check(fs, declared),
         openibd_check(fs),
     ):
         if extra is not None:
@@ -81,8 +83,8 @@ def run_checks(
 
 def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     """The declared [peermem], [rdma], [[sriov]] and [[rxe]] of rdmad's config (merged as
-    rdmad merges them: key by key for the tables, later PF and link entries win); a note
-    when unreadable."""
+    rdmad merges them: key by key for the tables, later PF, selector and link entries
+    win); a note when unreadable."""
     if where is None:
         return {}, "no config given"
     if not os.path.lexists(where):
@@ -96,8 +98,8 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
             if isinstance(doc.get(table), dict):
                 merged[table].update(doc[table])
         for entry in doc.get("sriov", []) if isinstance(doc.get("sriov"), list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("pf"), dict):
-                key = tuple(sorted((str(k), str(v)) for k, v in entry["pf"].items()))
+            key = _sriov_key(entry)
+            if key is not None:
                 merged["sriov"][key] = {**merged["sriov"].get(key, {}), **entry}
         for entry in doc.get("rxe", []) if isinstance(doc.get("rxe"), list) else []:
             if isinstance(entry, dict):
@@ -107,6 +109,18 @@ def read_config(where: str | None) -> tuple[dict[str, Any], str | None]:
     if not docs:
         return merged, f"no config files in {where}"
     return merged, None
+
+
+def _sriov_key(entry: object) -> tuple[str, ...] | None:
+    """What a later file names to override an [[sriov]]: its ``pf`` reference, or its
+    selector (a selector and a literal ``pf`` are two declarations, never merged)."""
+    if not isinstance(entry, dict):
+        return None
+    if isinstance(entry.get("pf"), dict):
+        return ("pf", *sorted(f"{k}={v}" for k, v in entry["pf"].items()))
+    if "pf" not in entry and isinstance(entry.get("select"), dict) and entry["select"]:
+        return ("select", pfselect.identity(entry["select"]))
+    return None
 
 
 # --- drivers ------------------------------------------------------------------------------
@@ -325,48 +339,60 @@ def _rxe(fs: Root, release: str | None) -> Check:
 # --- SR-IOV -------------------------------------------------------------------------------
 
 
-def sriov(fs: Root, cfg: dict[str, Any], note: str | None) -> Check:
-    pfs = cfg.get("sriov", [])
-    if note is not None and not pfs:
+def sriov(fs: Root, declared: Declared, note: str | None) -> Check:
+    """Each PF the config applies to here (literal or matched by a selector) can take
+    its VFs; selectors with no PF of their own here are said, not failed (the daemon has
+    nothing to do for them either)."""
+    if note is not None and not declared.entries:
         status = "info" if note.startswith("no config") else "unknown"  # nothing declared
         return Check("sriov", status, f"declared PFs not checked: {note}")  # type: ignore[arg-type]
-    if not pfs:
+    if not declared.entries:
         return Check("sriov", "info", "no PF declared")
     evidence, bad = [], []
-    for entry in pfs:
-        ref = entry["pf"]
-        want = entry.get("numvfs")
-        label = pf_label(ref)
-        pci = resolve_pf(fs, ref)
+    for pf in declared.pfs:
+        want = pf.entry.get("numvfs")
+        pci = pf.dev
         if pci is None:
-            bad.append(label)
-            evidence.append(f"pf {label}: not present")
+            bad.append(pf.label)
+            evidence.append(f"pf {pf.label}: not present")
             continue
         base = device_dir(pci)
         total = fs.read(f"{base}/sriov_totalvfs")
         if total is None and is_netdevsim(pci) and fs.exists(f"{base}/sriov_numvfs"):
-            evidence.append(f"pf {label} ({pci}): a netdevsim test device")
+            evidence.append(f"pf {pf.label} ({pci}): a netdevsim test device")
             continue
         driver = fs.link_name(f"{base}/driver")
         if total is None:
-            bad.append(label)
-            evidence.append(f"pf {label} ({pci}): not SR-IOV capable (no sriov_totalvfs)")
+            bad.append(pf.label)
+            evidence.append(f"pf {pf.label} ({pci}): not SR-IOV capable (no sriov_totalvfs)")
             continue
-        line = f"pf {label} ({pci}, {driver or 'no driver'}): up to {total} VFs"
+        line = f"pf {pf.label} ({pci}, {driver or 'no driver'}): up to {total} VFs"
         if isinstance(want, int) and want > int(total):
-            bad.append(label)
+            bad.append(pf.label)
             line += f", {want} declared"
-        evidence.append(line + _autoprobe_note(fs, base, entry.get("autoprobe")))
-    if bad:
+        evidence.append(line + _autoprobe_note(fs, base, pf.entry.get("autoprobe")))
+    evidence += declared.refused
+    evidence += declared.idle
+    count = len(declared.pfs) + len(declared.refused)
+    if bad or declared.refused:
         return Check(
             "sriov",
             "fail",
-            f"{len(bad)} of {len(pfs)} declared PF(s) cannot take their VFs",
+            f"{len(bad) + len(declared.refused)} of {count} declared PF(s) cannot take their VFs",
             tuple(evidence),
-            "check the PF references in rdmad.toml (by PCI address is safest) and that "
-            "SR-IOV is enabled in the firmware/BIOS",
+            "check the PF references and selectors in rdmad.toml (by PCI address is "
+            "safest) and that SR-IOV is enabled in the firmware/BIOS",
         )
-    return Check("sriov", "ok", f"{len(pfs)} declared PF(s) SR-IOV capable", tuple(evidence))
+    if not declared.pfs:
+        return Check(
+            "sriov",
+            "info",
+            f"no declared PF here: {len(declared.idle)} selector(s), nothing to do",
+            tuple(evidence),
+        )
+    return Check(
+        "sriov", "ok", f"{len(declared.pfs)} declared PF(s) SR-IOV capable", tuple(evidence)
+    )
 
 
 def _autoprobe_note(fs: Root, base: str, declared: object) -> str:

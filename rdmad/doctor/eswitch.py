@@ -1,8 +1,8 @@
-"""The doctor's eSwitch check: each declared PF's eSwitch mode (and inline and encap
-modes) as devlink reports it, the declared one beside it, and what keeps rdmad from
-setting it: a driver without an eSwitch (never settable), or VFs that exist (a mode
-change re-creates them, so rdmad makes it only while none is in use; the VFs and their
-drivers are listed, `rdmad-ctl status` names what holds them).
+"""The doctor's eSwitch check: each declared PF's (named, or matched by a selector)
+eSwitch mode (and inline and encap modes) as devlink reports it, the declared one beside
+it, and what keeps rdmad from setting it: a driver without an eSwitch (never settable),
+or VFs that exist (a mode change re-creates them, so rdmad makes it only while none is
+in use; the VFs and their drivers are listed, `rdmad-ctl status` names what holds them).
 
 devlink is asked only about the host the doctor runs on: with ``--root`` (another
 tree) the modes are not read and the check says so.
@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rdmad.doctor.declared import Declared
 from rdmad.doctor.fs import Root
-from rdmad.doctor.pfs import label, resolve_pf, vfs
+from rdmad.doctor.pfs import vfs
 from rdmad.doctor.report import Check
 
 OPTIONS = ("mode", "inline_mode", "encap_mode")
@@ -46,10 +47,11 @@ def describe(seen: Seen) -> str:
     return ", ".join(p for p in parts if not p.endswith(" None"))
 
 
-def eswitch_check(fs: Root, cfg: dict[str, Any], devlink: EswitchReader | None) -> Check | None:
-    """None when no PF is declared (the SR-IOV check says so)."""
-    pfs = [e for e in cfg.get("sriov", []) if isinstance(e.get("pf"), dict)]
-    managed = [e for e in pfs if isinstance(e.get("eswitch"), dict)]
+def eswitch_check(fs: Root, declared: Declared, devlink: EswitchReader | None) -> Check | None:
+    """None when no PF is declared here (the SR-IOV check says so). A PF a selector
+    matched takes its selector's ``eswitch``."""
+    pfs = declared.pfs
+    managed = [pf for pf in pfs if isinstance(pf.entry.get("eswitch"), dict)]
     if not pfs:
         return None
     if devlink is None:
@@ -66,34 +68,33 @@ def eswitch_check(fs: Root, cfg: dict[str, Any], devlink: EswitchReader | None) 
     differs: list[str] = []
     unsupported: list[str] = []  # declared options the driver does not have
     unread: list[str] = []
-    for entry in pfs:
-        name = label(entry["pf"])
-        dev = resolve_pf(fs, entry["pf"])
-        declared = {k: v for k, v in (entry.get("eswitch") or {}).items() if k in OPTIONS}
+    for pf in pfs:
+        name, dev = pf.label, pf.dev
+        wanted = {k: v for k, v in (pf.entry.get("eswitch") or {}).items() if k in OPTIONS}
         if dev is None:
-            if declared:
+            if wanted:
                 unread.append(name)
                 evidence.append(f"pf {name}: not present")
             continue
         seen = devlink(dev)
         line = f"pf {name} ({dev}): {describe(seen)}"
         if seen.mode is None:
-            if declared and seen.unread:
+            if wanted and seen.unread:
                 unread.append(name)
-            elif declared:
+            elif wanted:
                 none.append(name)
-            evidence.append(line + (f"; declared {_declared(declared)}" if declared else ""))
+            evidence.append(line + (f"; declared {_declared(wanted)}" if wanted else ""))
             continue
         # An option the driver does not report is one it does not have: not a difference
         # rdmad could mend (it reports the option unsupported-by-driver).
-        lacking = [k for k in declared if getattr(seen, k) is None]
-        wrong = {k: v for k, v in declared.items() if k not in lacking and getattr(seen, k) != v}
+        lacking = [k for k in wanted if getattr(seen, k) is None]
+        wrong = {k: v for k, v in wanted.items() if k not in lacking and getattr(seen, k) != v}
         evidence.append(line + (f"; declared {_declared(wrong)}" if wrong else ""))
         if lacking:
             unsupported.append(name)
             evidence += [
                 f"  the driver reports no {k.replace('_', '-')}: rdmad reports the declared "
-                f"{declared[k]} unsupported-by-driver"
+                f"{wanted[k]} unsupported-by-driver"
                 for k in lacking
             ]
         if not wrong:

@@ -55,8 +55,12 @@ def iommu(
     cfg: dict[str, Any] | None = None,
     release: str | None = None,
     pci: PciScan | None = None,
+    *,
+    declared: int | None = None,
 ) -> Check:
-    """``log``: the kernel log's records, None when it could not be read."""
+    """``log``: the kernel log's records, None when it could not be read; ``declared``:
+    how many PFs the config's [[sriov]] apply to here (a selector counts the PFs it
+    matches), by default one per [[sriov]]."""
     cmdline = fs.read("proc/cmdline")
     tokens = cmdline.split() if cmdline is not None else []
     flags = [t for t in tokens if "iommu" in t]
@@ -91,7 +95,7 @@ def iommu(
         )
 
     def related() -> list[str]:  # read only where the answer depends on it
-        found = rdma_related(fs, cfg or {}, pci or (lambda: scan_pci(fs)))
+        found = rdma_related(fs, cfg or {}, pci or (lambda: scan_pci(fs)), declared)
         evidence.append(
             f"RDMA-related: {', '.join(found)}"
             if found
@@ -188,11 +192,14 @@ def _cmdline_domain(tokens: list[str]) -> Domain | None:
     return found
 
 
-def rdma_related(fs: Root, cfg: dict[str, Any], pci: PciScan) -> list[str]:
+def rdma_related(
+    fs: Root, cfg: dict[str, Any], pci: PciScan, declared: int | None = None
+) -> list[str]:
     """What makes a translated IOMMU matter here, in words (empty: nothing)."""
     out = []
-    if cfg.get("sriov"):
-        out.append(f"{len(cfg['sriov'])} [[sriov]] PF(s) declared")
+    pfs = len(cfg.get("sriov") or []) if declared is None else declared
+    if pfs:
+        out.append(f"{pfs} [[sriov]] PF(s) declared")
     mode = (cfg.get("peermem") or {}).get("mode")
     if mode in ("auto", "require"):
         out.append(f'[peermem] mode = "{mode}" declared')

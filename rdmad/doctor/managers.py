@@ -1,15 +1,16 @@
 """Whether another network manager declares SR-IOV for a declared PF (``rdmad.managers``
 decides, the daemon with the same code): rdmad then holds its writes to that PF unless
-its [[sriov]] says ``owner = "rdmad"``. No PF declared (or none present): no check."""
+its [[sriov]] says ``owner = "rdmad"`` (a PF a selector matched: that selector's
+[[sriov]]). No PF declared (or none present): no check."""
 
 from __future__ import annotations
 
 import errno
 import os
-from typing import Any
 
+from rdmad.doctor.declared import Declared
 from rdmad.doctor.fs import Root
-from rdmad.doctor.pfs import label, resolve_pf
+from rdmad.doctor.pfs import PCI_DEVICES, is_netdevsim, own_netdev
 from rdmad.doctor.report import Check
 from rdmad.managers import CannotRead, PfFacts, find
 
@@ -49,11 +50,10 @@ class _Files:
 
 
 def pf_facts(fs: Root, pci: str) -> PfFacts:
-    driver = fs.link_name(f"sys/bus/pci/devices/{pci}/driver")
-    names = fs.listdir(f"sys/bus/pci/devices/{pci}/net")
-    if not names:
+    driver = fs.link_name(f"{PCI_DEVICES}/{pci}/driver")
+    name = own_netdev(fs, fs.listdir(f"{PCI_DEVICES}/{pci}/net"))
+    if name is None:
         return PfFacts(pci, driver=driver)
-    name = names[0]
     base = f"sys/class/net/{name}"
     db = fs.read(f"run/udev/data/n{fs.read(f'{base}/ifindex')}")
     udev = None
@@ -70,23 +70,22 @@ def pf_facts(fs: Root, pci: str) -> PfFacts:
     )
 
 
-def managers_check(fs: Root, cfg: dict[str, Any]) -> Check | None:
-    declared = []
-    for entry in cfg.get("sriov", []):
-        pci = resolve_pf(fs, entry["pf"])
-        if pci is not None and not pci.startswith("netdevsim"):
-            declared.append((entry, pci))
-    if not declared:
+def managers_check(fs: Root, declared: Declared) -> Check | None:
+    """A PF a selector matched follows its selector's ``owner``."""
+    pfs = [pf for pf in declared.pfs if pf.dev is not None and not is_netdevsim(pf.dev)]
+    if not pfs:
         return None
-    found = find(_Files(fs), [pf_facts(fs, pci) for _, pci in declared])
+    devs = sorted({pf.dev for pf in pfs if pf.dev is not None})
+    found = find(_Files(fs), [pf_facts(fs, dev) for dev in devs])
     evidence, held, taken, unknown = [], [], [], []
-    for entry, pci in declared:
-        seen = found[pci]
+    for pf in pfs:
+        assert pf.dev is not None
+        seen = found[pf.dev]
         if not seen.contested:
             continue
-        name = f"pf {label(entry['pf'])} ({pci})"
+        name = f"pf {pf.label} ({pf.dev})"
         evidence.append(f"{name}: {seen.describe()}")
-        if entry.get("owner") == "rdmad":
+        if pf.entry.get("owner") == "rdmad":
             taken.append(name)
         elif seen.claims:
             held.append(name)
@@ -96,7 +95,7 @@ def managers_check(fs: Root, cfg: dict[str, Any]) -> Check | None:
         return Check(
             "other-managers",
             "ok",
-            f"no other network manager declares SR-IOV for the {len(declared)} declared PF(s)",
+            f"no other network manager declares SR-IOV for the {len(pfs)} declared PF(s)",
         )
     if held or unknown:
         what = f"{len(held) + len(unknown)} declared PF(s) held: rdmad writes nothing to them"

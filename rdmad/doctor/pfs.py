@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmad import pfselect
 from rdmad.doctor.fs import Root
 
 PCI_DEVICES = "sys/bus/pci/devices"
@@ -22,6 +23,19 @@ def device_dir(dev: str) -> str:
 
 def label(ref: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in ref.items())
+
+
+def own_netdev(fs: Root, names: list[str]) -> str | None:
+    """The netdev that stands for a device among those under its net/ (not a
+    representor; the daemon's choice, ``rdmad.pfselect.own_netdev``)."""
+
+    def dev_port(name: str) -> int:
+        text = fs.read(f"sys/class/net/{name}/dev_port")
+        return int(text) if text is not None and text.isdigit() else 0
+
+    return pfselect.own_netdev(
+        (n, fs.read(f"sys/class/net/{n}/phys_port_name"), dev_port(n)) for n in names
+    )
 
 
 def resolve_pf(fs: Root, ref: dict[str, Any]) -> str | None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rdmad.kernel.sysfs_files import SysfsFiles, Unreadable
+from rdmad.pfselect import own_netdev
 
 PCI_DEVICES = "sys/bus/pci/devices"
 # netdevsim devices are SR-IOV PFs that are not PCI functions (the lab's full-attribute
@@ -27,7 +28,6 @@ NSIM_DEFAULT_MAX_VFS = 4  # netdevsim's limit until debugfs max_vfs raises it
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # phys_port_name of a switchdev representor: pf0, pf0vf1, pf0sf3, c1pf0vf1 (mlx5, the
 # kernel's devlink port naming); an uplink is p0/p1 or has no phys_port_name at all.
-_REPRESENTOR_PORT = re.compile(r"^(c\d+)?pf\d+((vf|sf)\d+)?$")
 _VF_REPRESENTOR_PORT = re.compile(r"^(?:c\d+)?pf\d+vf(\d+)$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
@@ -182,14 +182,14 @@ class Sysfs(SysfsFiles):
         netdev is the one that is not a representor, lowest dev_port first, then by
         name so the choice is stable. None when there is none.
         """
-        candidates = []
-        for name in names:
-            port_name = self.netdev_attr(name, "phys_port_name")
-            if port_name and _REPRESENTOR_PORT.match(port_name):
-                continue
-            dev_port = self.read_int(f"{CLASS_NET}/{name}/dev_port") or 0
-            candidates.append((dev_port, name))
-        return min(candidates)[1] if candidates else None
+        return own_netdev(
+            (
+                name,
+                self.netdev_attr(name, "phys_port_name"),
+                self.read_int(f"{CLASS_NET}/{name}/dev_port") or 0,
+            )
+            for name in names
+        )
 
     def vf_representors(self, pf: str) -> dict[int, str]:
         """VF index -> representor netdev, from the phys_port_name (pfNvfM) of the PF's

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, field
 
+from rdmad import pfselect
 from rdmad.model.validation import After, Before, SpecError, validate
 from rdmad.model.values import (
     AnyMac,
@@ -101,7 +102,7 @@ class PfSelect(_Spec, frozen=True):
     pci_path: Patterns | None = None
     name: Patterns | None = None
 
-    KEYS = ("vendor", "device", "driver", "pci_path", "name")
+    KEYS = pfselect.KEYS
 
     def __post_init__(self) -> None:
         if all(getattr(self, k) is None for k in self.KEYS):
@@ -110,13 +111,17 @@ class PfSelect(_Spec, frozen=True):
     def given(self) -> list[tuple[str, tuple[str, ...]]]:
         return [(k, v) for k in self.KEYS if (v := getattr(self, k)) is not None]
 
+    def selector(self) -> dict[str, tuple[str, ...]]:
+        """The keys given, as ``rdmad.pfselect`` (shared with rdmad-ctl doctor) takes them."""
+        return dict(self.given())
+
     def key(self) -> str:
         """'select:vendor=15b3,device=1017|1019': one word, for an object's name."""
-        return "select:" + ",".join(f"{k}={'|'.join(v)}" for k, v in self.given())
+        return pfselect.key(self.selector())
 
     def describe(self) -> str:
         """'vendor 15b3, device 1017 or 1019', for a message."""
-        return ", ".join(f"{k.replace('_', ' ')} {' or '.join(v)}" for k, v in self.given())
+        return pfselect.describe(self.selector())
 
 
 class MacDerive(_Spec, frozen=True):

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from rdmad.model.validation import After
+from rdmad.pfselect import pci_id
 
 # --- value types -----------------------------------------------------------------
 
@@ -64,8 +65,8 @@ def _ifname(value: str) -> str:
 
 def _pci_id(value: str) -> str:
     """A PCI vendor or device ID as lspci -n and sysfs print it: 4 hex digits."""
-    ident = value.strip().lower().removeprefix("0x")
-    if not re.fullmatch(r"[0-9a-f]{4}", ident):
+    ident = pci_id(value)
+    if ident is None:
         raise ValueError(f"not a PCI ID (want 4 hex digits, e.g. '15b3'): {value!r}")
     return ident
 

@@ -23,10 +23,10 @@ each declaration means, each VF's settings, and each MAC as a literal. Pure: no 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from fnmatch import fnmatchcase
 
 import msgspec
 
+from rdmad import pfselect
 from rdmad.model import (
     Action,
     Blocked,
@@ -100,20 +100,10 @@ def find_pf(ref: NetdevRef, observed: Observed) -> PfObserved | str | None:
 def matches(select: PfSelect, pf: PfObserved) -> bool:
     """Each key given matches (any of its values): vendor and device IDs exactly, the
     driver, PCI address and netdev name as shell patterns. A PF that lacks what a key
-    asks about (no driver bound, no netdev, not PCI) does not match it."""
-
-    def any_of(patterns: tuple[str, ...] | None, value: str | None) -> bool:
-        if patterns is None:
-            return True
-        return value is not None and any(fnmatchcase(value, p) for p in patterns)
-
-    return (
-        (select.vendor is None or pf.vendor in select.vendor)
-        and (select.device is None or pf.device in select.device)
-        and any_of(select.driver, pf.driver)
-        and any_of(select.pci_path, pf.pci)
-        and any_of(select.name, pf.netdev)
-    )
+    asks about (no driver bound, no netdev, not PCI) does not match it. The rule is
+    ``rdmad.pfselect``'s, which rdmad-ctl doctor applies too."""
+    facts = pfselect.Candidate(pf.pci, pf.vendor, pf.device, pf.driver, pf.netdev)
+    return pfselect.matches(select.selector(), facts)
 
 
 def resolve(desired: Desired, observed: Observed) -> Resolution:

@@ -91,8 +91,21 @@ class FakeSysfs:
         self.link(f"sys/bus/pci/drivers/{driver}/module", f"../../../../module/{module}")
         self.link(f"sys/module/{module}/drivers/pci:{driver}", f"../../../bus/pci/drivers/{driver}")
 
-    def pf(self, bdf: str, driver: str, totalvfs: int, numvfs: int = 0) -> None:
+    def pf(
+        self,
+        bdf: str,
+        driver: str,
+        totalvfs: int,
+        numvfs: int = 0,
+        *,
+        vendor: str | None = None,
+        device: str | None = None,
+    ) -> None:
+        """An SR-IOV PF; ``vendor``/``device`` as sysfs prints them ("0x8086")."""
         self.pci(bdf, driver)
+        for name, value in (("vendor", vendor), ("device", device)):
+            if value is not None:
+                self.write(f"{DEV}/{bdf}/{name}", value)
         self.write(f"{DEV}/{bdf}/sriov_totalvfs", str(totalvfs))
         self.write(f"{DEV}/{bdf}/sriov_numvfs", str(numvfs))
         self.write(f"{DEV}/{bdf}/sriov_drivers_autoprobe", "1")
