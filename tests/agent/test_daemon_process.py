@@ -83,10 +83,12 @@ def daemon_env(tmp_path: Path, api_socket: Path) -> Iterator[tuple[Path, Systemd
 
 
 def api_get(sock_path: Path, url: str) -> tuple[int, dict[str, object]]:
-    """One request over the daemon's API socket, with the standard library."""
-    conn = http.client.HTTPConnection("rdmad", timeout=10)
+    """One request over the daemon's API socket, with the standard library. Right after
+    READY=1 the answer may wait for the web library's import (the socket listens before
+    it, rdmad.services): on a loaded CI host that is seconds, hence the bound."""
+    conn = http.client.HTTPConnection("rdmad", timeout=30)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10)
+    sock.settimeout(30)
     sock.connect(str(sock_path))
     conn.sock = sock
     try:
