@@ -107,7 +107,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "waits on a terminal it says what is still missing every few seconds. When\n"
         "--within (default 120) passes first it prints the status of what is not\n"
         "converged and exits 1; exit 3 when rdmad is not running or stops while\n"
-        "waiting (order a unit after rdmad.service, or start it first). Read-only:\n"
+        "waiting (order a unit after rdmad.service, or start it first). A request\n"
+        "rdmad answers late (right after start, its web server still loading) is\n"
+        "asked again while --within lasts; exit 5 only if no answer came. Read-only:\n"
         "needs root or the API's read group. rdmad-wait-converged.service runs it at\n"
         "boot: units that need RDMA order after it (Wants= or Requires= and After=).",
     ),

@@ -17,7 +17,14 @@ import time
 
 from rdmad import exits
 from rdmad.ctl import offline
-from rdmad.ctl.client import START_HINT, Client, NotRunning, RequestFailed, Unavailable
+from rdmad.ctl.client import (
+    START_HINT,
+    Client,
+    NoAnswer,
+    NotRunning,
+    RequestFailed,
+    Unavailable,
+)
 from rdmad.ctl.render.config import config_lines
 from rdmad.ctl.render.formats import Style, printable, table, write_lines
 from rdmad.ctl.render.history import event_line, history_rows
@@ -112,17 +119,36 @@ def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
 def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     """Until the daemon's verdict is converged (0), or ``--within`` seconds (1). Each
     request is held by the daemon until a pass converges the node or its step ends
-    (``/v1/status?wait=``), so nothing polls."""
+    (``/v1/status?wait=``), so nothing polls.
+
+    A request that gets no answer in time is asked again while ``--within`` lasts: right
+    after READY=1 the socket takes connections before the daemon's web library is
+    imported (seconds on a slow node at boot), and a unit waiting for RDMA must not fail
+    for that. Only when the time is up with no answer at all does it exit 5."""
     started = ctx.clock()
     deadline = started + args.within
+    doc: dict[str, Any] | None = None
     try:
         while True:
             asked = ctx.clock()
             step = min(max(0.0, deadline - asked), WAIT_STEP)
             query: dict[str, object] | None = {"wait": f"{step:.3f}"} if step > 0 else None
-            doc = _doc(
-                client.get("/v1/status", query, wait=step), "/v1/status", "objects", "converged"
-            )
+            try:
+                doc = _doc(
+                    client.get("/v1/status", query, wait=step),
+                    "/v1/status",
+                    "objects",
+                    "converged",
+                )
+            except NoAnswer as exc:
+                if ctx.clock() >= deadline:
+                    if doc is None:
+                        raise
+                    break
+                if ctx.progress:
+                    ctx.warn(f"{exc}; asking again")
+                time.sleep(max(0.0, WAIT_FLOOR - (ctx.clock() - asked)))  # never a spin
+                continue
             if doc["converged"] is True or ctx.clock() >= deadline:
                 break
             time.sleep(max(0.0, min(step, WAIT_FLOOR) - (ctx.clock() - asked)))
@@ -136,6 +162,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         if args.json:
             ctx.json(exits.error_doc(exits.NOT_RUNNING, message))
         return exits.NOT_RUNNING
+    assert doc is not None  # the loop ends with an answer or raises
     waited = round(ctx.clock() - started, 3)
     converged = doc["converged"] is True
     if args.json:

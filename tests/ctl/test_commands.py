@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from rdmad import exits
+from rdmad.ctl import commands
 from rdmad.ctl.render.formats import table
 from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
 
@@ -395,3 +396,34 @@ def test_wait_when_rdmad_is_down_or_stops_exits_3(api: ApiStub, short_dir: Path)
     result = ctl("wait", socket=api.socket)
     assert result.code == exits.NOT_RUNNING
     assert "rdmad stopped" in result.err and "the daemon is stopping" in result.err
+
+
+def test_wait_asks_again_when_an_answer_is_late_and_exits_5_only_when_none_came(
+    api: ApiStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after READY=1 the socket takes connections before the daemon can answer
+    (its web library still importing): a request that times out is asked again while
+    --within lasts; with no answer at all by then, exit 5 as any command."""
+    monkeypatch.setattr(commands, "WAIT_STEP", 0.2)  # each request's bound: 0.2 + --timeout
+    late = threading.Event()
+    api.routes["GET /v1/status"] = Reply(200, b"{}", hold=late)
+
+    def answer_after_two_requests() -> None:
+        for _ in range(1000):
+            if len(api.requests) >= 2:  # the second is held too: the third is answered
+                api.fixture("GET /v1/status", "status-converged.json")
+            if len(api.requests) >= 3:  # the client gave up on the held ones
+                late.set()
+                return
+            threading.Event().wait(0.01)
+
+    helper = threading.Thread(target=answer_after_two_requests)
+    helper.start()
+    result = ctl("--timeout", "0.2", "wait", "--within", "20", socket=api.socket)
+    helper.join(10)
+    assert result.code == exits.OK, result
+    assert len(api.requests) >= 2
+
+    api.routes["GET /v1/status"] = Reply(200, b"{}", hold=threading.Event())
+    result = ctl("--timeout", "0.2", "wait", "--within", "0.5", socket=api.socket)
+    assert result.code == exits.NO_ANSWER, result
