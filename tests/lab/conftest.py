@@ -37,6 +37,8 @@ from workers import ALONE_MARK, run_directory, turn  # noqa: E402
 
 # The fixtures of tests that reboot or break their guest: the longest ones.
 LONG_FIXTURES = ("fresh_guest", "installed_guest")
+# The fixtures whose guest starts from the installed state (the rest: the clean one).
+INSTALLED_FIXTURES = frozenset({"guest", "lab_guest", "installed_guest"})
 # What a guest test says it needs (pytest.mark.lab_needs(...)); unmarked: "state".
 # "state": its guest may start from a saved state; "boot": it must really boot (never
 # a state); "reboot": the test reboots it. Checked after the test (_check_declared).
@@ -147,11 +149,54 @@ def lab_pool() -> Iterator[GuestPool]:
     yield from _pool(BESIDE_CPUS)
 
 
+# The worker's pool for lab_alone tests, made on first use: by the fixture, or earlier by
+# _alone_states() before the first such test takes the run's lock alone.
+_ALONE_POOL: list[GuestPool] = []
+
+
+def _alone_pool() -> GuestPool | None:
+    if not _ALONE_POOL:
+        image = find_image() if missing_prerequisite() is None else None
+        if image is None:
+            return None  # the fixture says why (skip, or a failure under CI)
+        _ALONE_POOL.append(GuestPool(image, cpus=ALONE_CPUS))
+    return _ALONE_POOL[0]
+
+
 @pytest.fixture(scope="session")
 def lab_pool_alone() -> Iterator[GuestPool]:
     """The worker's guests for ``lab_alone`` tests: two vCPUs, the host to themselves
     (their figures were measured so)."""
-    yield from _pool(ALONE_CPUS)
+    if _alone_pool() is None:
+        yield from _pool(ALONE_CPUS)  # skips or fails, saying why
+        return
+    try:
+        yield _ALONE_POOL[0]
+    finally:
+        _ALONE_POOL.pop().close()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pool made for an alone test's states whose test never asked for it."""
+    while _ALONE_POOL:
+        _ALONE_POOL.pop().close()
+
+
+def _alone_states(item: pytest.Item) -> None:
+    """Make the saved states a lab_alone test's guest will start from, while other
+    tests still run: a new .deb (every commit) or harness means an installed state of
+    two vCPUs to make (a restore, an install, a save: ~15-30 s), and made inside the
+    alone turn it left the other worker's core idle for that long. Made (or found)
+    here, the test's own start is a restore. A boot-declaring test uses none."""
+    if "boot" in needs(item):
+        return
+    pool = _alone_pool()
+    if pool is None:
+        return
+    if INSTALLED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        pool.installed_boot()
+    else:
+        pool.saved_boot()
 
 
 def needs(item: pytest.Item) -> frozenset[str]:
@@ -276,13 +321,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     """Under pytest-xdist, a lab test with a guest (its setup, reruns and teardown
     included) holds the run's test lock: shared, or alone for a test marked
-    ``lab_alone`` (workers.py). Host-side tests of the harness hold nothing: they start
-    no guest and time nothing. Outside xdist this is a no-op."""
+    ``lab_alone`` (workers.py); before an alone one takes it, its saved states are
+    made holding it shared (_alone_states). Host-side tests of the harness hold
+    nothing: they start no guest and time nothing. Outside xdist this is a no-op."""
     if not _in_lab(item) or not _has_guest(item):
         yield
         return
     alone = item.get_closest_marker(ALONE_MARK) is not None
-    with turn(run_directory(), alone=alone, what=item.nodeid):
+    directory = run_directory()
+    if alone and directory is not None:
+        with turn(directory, alone=False, what=f"{item.nodeid} (its saved states)"):
+            _alone_states(item)
+    with turn(directory, alone=alone, what=item.nodeid):
         yield
 
 
