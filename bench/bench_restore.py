@@ -54,6 +54,21 @@ SCRIPT = "/usr/local/sbin/lab-restore.sh"
 UNIT = "lab-restore.service"
 RULE = "/etc/udev/rules.d/90-lab-restore.rules"
 
+# `--early`: rdmad as early as its needs allow (config and state on local file systems,
+# the journal's socket, udevd running) and before udev's coldplug, so the PF's driver
+# binds while rdmad already listens: the restore is its event path. Coldplug, and with
+# it the rest of the boot, waits for rdmad's READY=1 (its first pass). A drop-in here,
+# to measure it against the packaged ordering; not what the package ships.
+EARLY_DROPIN = "/etc/systemd/system/rdmad.service.d/bench-early.conf"
+EARLY = """[Unit]
+DefaultDependencies=no
+After=local-fs.target systemd-journald.socket systemd-udevd.service systemd-tmpfiles-setup.service
+Before=systemd-udev-trigger.service shutdown.target
+Conflicts=shutdown.target
+"""
+# When the boot's milestones were reached (CLOCK_MONOTONIC, us), read after each reboot.
+MILESTONES = ("rdmad.service", "systemd-udev-trigger.service", "multi-user.target")
+
 POLL_UNIT = f"""[Unit]
 Description=restore benchmark clock: PF, VFs, settings and rxe visible
 DefaultDependencies=no
@@ -190,6 +205,10 @@ def reboot_run(g: Guest, pf: str) -> dict[str, Any]:
     g.wait_for(f"[ -s {BOOT_OUT} ]", timeout=400, interval=1.0)
     res: dict[str, Any] = g.json(f"cat {BOOT_OUT}")
     res["t_probe_log"] = probe_stamp(g, pf)
+    g.wait_for("systemctl is-active -q multi-user.target", timeout=300, interval=1.0)
+    for unit in MILESTONES:
+        usec = g.check(f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}").strip()
+        res[f"t_{unit}"] = int(usec) / 1e6 if usec.isdigit() and int(usec) else None
     return res
 
 
@@ -205,14 +224,21 @@ def check(res: dict[str, Any], what: str) -> float:
 
 
 def run_mode(g: Guest, mode: str, pf: str, pf_netdev: str, repeat: int) -> dict[str, Any]:
-    if mode == "rdmad":
+    if mode in ("rdmad", "rdmad-early"):
         g.run(f"systemctl disable {UNIT}; rm -f {RULE}; udevadm control --reload", timeout=120)
+        if mode == "rdmad-early":
+            g.check(
+                f"mkdir -p {Path(EARLY_DROPIN).parent} && cat > {EARLY_DROPIN}",
+                stdin=EARLY.encode(),
+            )
+        else:
+            g.run(f"rm -f {EARLY_DROPIN}")
         g.check(
             "mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=rdmad_config(pf).encode()
         )
         g.check("systemctl enable rdmad.service && systemctl restart rdmad.service", timeout=300)
     else:
-        g.run("systemctl disable --now rdmad.service", timeout=400)
+        g.run(f"systemctl disable --now rdmad.service; rm -f {EARLY_DROPIN}", timeout=400)
         g.check(f"systemctl enable {UNIT}", timeout=120)
     out: dict[str, Any] = {"reboot": [], "reload": []}
     for r in range(repeat):
@@ -220,10 +246,11 @@ def run_mode(g: Guest, mode: str, pf: str, pf_netdev: str, repeat: int) -> dict[
         out["reboot"].append(reboot_run(g, pf))
     if mode == "shell":
         g.check(f"cat > {RULE} && udevadm control --reload", stdin=udev_rule(pf).encode())
-    for r in range(repeat):
+    # After boot the ordering changes nothing: the early mode's reloads are rdmad's own.
+    for r in range(repeat if mode != "rdmad-early" else 0):
         log(f"{mode}: driver reload {r + 1}/{repeat}")
         out["reload"].append(reload_run(g))
-    for kind in ("reboot", "reload"):
+    for kind in ("reboot", "reload") if mode != "rdmad-early" else ("reboot",):
         ms = [check(x, f"{mode} {kind}") for x in out[kind]]
         out[f"{kind}_ms"] = statistics.median(ms)
         out[f"{kind}_samples_ms"] = [round(v, 1) for v in ms]
@@ -232,6 +259,10 @@ def run_mode(g: Guest, mode: str, pf: str, pf_netdev: str, repeat: int) -> dict[
     ]
     out["reboot_from_probe_log_ms"] = statistics.median(probes) if probes else None
     out["poller_before_pf"] = all(not x.get("pf_at_start") for x in out["reboot"])
+    # Since the kernel started (CLOCK_MONOTONIC): when all was right, and the milestones.
+    for key in ("t_done", *(f"t_{u}" for u in MILESTONES)):
+        got = [float(x[key]) for x in out["reboot"] if x.get(key) is not None]
+        out[f"boot_{key}_s"] = round(statistics.median(got), 2) if got else None
     return out
 
 
@@ -265,6 +296,25 @@ def table(res: dict[str, Any]) -> str:
     r, s = res["rdmad"]["reboot_from_probe_log_ms"], res["shell"]["reboot_from_probe_log_ms"]
     if r is not None and s is not None:
         lines.append(f"{'reboot: igb probe log -> all':<34}{r:>10.0f}{s:>10.0f}{r / s:>7.2f}x")
+    early = res.get("rdmad-early")
+    if early is not None:
+        e, s = early["reboot_ms"], res["shell"]["reboot_ms"]
+        lines.append(f"{'reboot, rdmad before coldplug':<34}{e:>10.0f}{s:>10.0f}{e / s:>7.2f}x")
+    lines.append("")
+    lines.append(
+        f"{'after a reboot, s since the kernel':<34}"
+        + "".join(f"{m:>14}" for m in res if res[m].get("boot_t_done_s") is not None)
+    )
+    for key, label in (
+        ("boot_t_done_s", "all restored"),
+        ("boot_t_rdmad.service_s", "rdmad READY=1"),
+        ("boot_t_systemd-udev-trigger.service_s", "coldplug done"),
+        ("boot_t_multi-user.target_s", "multi-user.target"),
+    ):
+        vals = [res[m].get(key) for m in res if res[m].get("boot_t_done_s") is not None]
+        lines.append(
+            f"{label:<34}" + "".join(f"{v:>14.2f}" if v is not None else f"{'-':>14}" for v in vals)
+        )
     lines.append(
         "guest CLOCK_MONOTONIC (TCG). shell: oneshot unit after the PF device at boot, "
         "the same script from a udev rule on reload."
@@ -276,6 +326,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one reboot and one reload per mode")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--early",
+        action="store_true",
+        help="also rdmad ordered before udev's coldplug (a drop-in; reboots only)",
+    )
     args = p.parse_args()
     repeat = 1 if args.quick else args.repeat
     pool = pool_or_exit("bench_restore")
@@ -287,7 +342,7 @@ def main() -> int:
         pf_netdev = g.pci_netdevs(pf)[0]
         setup(g, pf, pf_netdev)
         kernel = g.check("uname -r").strip()
-        for mode in ("rdmad", "shell"):
+        for mode in ("rdmad", "shell", *(("rdmad-early",) if args.early else ())):
             res[mode] = run_mode(g, mode, pf, pf_netdev, repeat)
     finally:
         pool.close()

@@ -55,11 +55,8 @@ from daemon_proc import (
 from harness import Guest, log
 from service import STATE, history, serving_veth, start, write_config
 
-# The SIGKILL test runs alone (its kill points land inside writes: their timing is the
-# figure). The storm runs beside another worker's test on a one-vCPU guest: its pass
-# count follows the events' pace, and there rdmad (Nice=-5) shares that vCPU with
-# `ip` and udevd, the node's own contention; its bound held there (tests/RELIABILITY.md).
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
+# Alone: the SIGKILL points land inside writes; the storm's pass count follows its pace.
+pytestmark = [pytest.mark.lab, pytest.mark.lab_alone, pytest.mark.timeout(1200)]
 
 NUMVFS = 7
 HELD_VF = 6  # bound to vfio-pci and held open once the VFs exist; its settings never change
@@ -238,7 +235,6 @@ def rdmad_guest(guest: Guest) -> Guest:
 # --- SIGKILL mid-apply ----------------------------------------------------------------------
 
 
-@pytest.mark.lab_alone
 def test_sigkill_mid_apply_restarts_and_converges_without_harm(rdmad_guest: Guest) -> None:
     g = rdmad_guest
     pf = g.igb_pf()
