@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from rdmad.config import LoadedConfig
-from rdmad.model import Action, AddRxe, Desired, Observed, PlanState
+from rdmad.model import Action, AddRxe, Desired, Observed, ObserveScope, PlanState
 
 
 class WriteLike(Protocol):
@@ -80,6 +80,14 @@ class Reflexive(Protocol):
 
     async def reflexes_answered(self) -> None:
         """Until every add a reflex sent has its outcome (bounded)."""
+
+
+@runtime_checkable
+class Scoped(Protocol):
+    """A host that reads the costly sources (the module tree, kallsyms) only for what
+    the declaration asks (KernelHost): told at each config load."""
+
+    def set_scope(self, scope: ObserveScope) -> None: ...
 
 
 class Notifier(Protocol):

@@ -56,7 +56,7 @@ from rdmad.agent.fastpath import FastPath
 from rdmad.agent.memory import Memory
 from rdmad.agent.options import AgentOptions, PassInfo, Shared
 from rdmad.agent.pauses import PauseHistory
-from rdmad.agent.protocols import Host, Planner
+from rdmad.agent.protocols import Host, Planner, Scoped
 from rdmad.agent.reporting import Reporter
 from rdmad.agent.timers import Timers
 from rdmad.model import (
@@ -69,7 +69,7 @@ from rdmad.model import (
     SetNumVfs,
     Waiting,
 )
-from rdmad.reconcile import declared_objects
+from rdmad.reconcile import declared_objects, observe_scope
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Batch, Trigger
 
@@ -216,6 +216,8 @@ class PassRunner:
         if self.memory.reload_config(initial):
             self.shared.backoff.forget_except(self.memory.objects() | {"observe", "plan"})
             self.applier.last_applied.clear()
+        if isinstance(self.host, Scoped):
+            self.host.set_scope(observe_scope(self.memory.desired))
 
     def set_ready(self, why: str) -> None:
         self.timers.cancel("startup")

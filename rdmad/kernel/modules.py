@@ -17,7 +17,7 @@ import contextlib
 import errno as errno_mod
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import msgspec
 
@@ -119,20 +119,25 @@ class ModuleProbe:
     """Whether the modules rdmad may load (``rdma_rxe``) are in the kernel, can be
     loaded, or why not (``rdmad.modsupport``), for each observation.
 
-    Only modules not loaded are looked up, and the module tree (modules.dep is about a
-    megabyte on a distribution kernel) is read again only when it changed (depmod).
+    Only the modules asked about (those a plan on the declaration may load:
+    ``ObserveScope.modules``) and not loaded are looked up, and the module tree
+    (modules.dep is about a megabyte on a distribution kernel; /proc/kallsyms without
+    module support) is read again only when it changed (depmod).
     """
 
-    def __init__(self, names: tuple[str, ...] = (modsupport.RXE,)) -> None:
-        self.names = names
+    def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
         self._answer: tuple[frozenset[str], tuple[tuple[str, str], ...]] = (frozenset(), ())
 
     def facts(
-        self, sysfs: Sysfs, loaded: frozenset[str], level: modsupport.Support
+        self,
+        sysfs: Sysfs,
+        loaded: frozenset[str],
+        level: modsupport.Support,
+        names: Collection[str] = (modsupport.RXE,),
     ) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
         """(those built in, (module, why it cannot be loaded) for those that cannot)."""
-        wanted = tuple(n for n in self.names if canonical(n) not in loaded)
+        wanted = tuple(sorted(n for n in names if canonical(n) not in loaded))
         if not wanted:
             return frozenset(), ()
         release = sysfs.read("proc/sys/kernel/osrelease")

@@ -8,7 +8,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from rdmad.managers.facts import PfManagers
 from rdmad.modsupport import Support, cannot_load
-from rdmad.peermem.choice import Held
+from rdmad.peermem.choice import Held, Mode
 from rdmad.peermem.facts import PeermemFacts
 
 # --- observed state (what the kernel shows) --------------------------------------------
@@ -178,6 +178,23 @@ class RdmaLinkObserved:
     @property
     def is_rxe(self) -> bool:
         return self.driver == "rxe"
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveScope:
+    """What a plan on the declaration asks of the costly sources, so that an observation
+    reads those for it only (``rdmad.reconcile.observe_scope`` makes it from ``Desired``).
+
+    ``modules``: the loadable modules whose availability a plan may ask about (the
+    module tree, or /proc/kallsyms on a kernel without module support, is read for
+    them). ``peermem``: the peer-memory mode; the module tree, the module files and
+    /proc/kallsyms are read for it only where ``rdmad.peermem.choice.needs_all_facts``
+    says its decision can turn on them. The default asks everything: an observer
+    nobody told (a tool, a test) reads as much as it ever did.
+    """
+
+    modules: frozenset[str] = frozenset({"rdma_rxe"})
+    peermem: Mode = "require"
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,19 @@ class Decision:
         return next((f for f in self.findings if f.severity == "blocking"), None)
 
 
+def needs_all_facts(mode: Mode, loaded: frozenset[str]) -> bool:
+    """Whether ``decide`` (and the status detail beside it) can turn on the costly facts
+    (the module tree, the module files, /proc/kallsyms: ``gather(full=True)``), given
+    the modules loaded now. off decides nothing; without the GPU driver peermem is not
+    needed, whatever is installed; auto stays silent until the RDMA core is there too,
+    while require reports what is missing (its detail names the module and its
+    findings) as soon as the GPU driver is.
+    """
+    if mode == "off" or GPU_DRIVER not in loaded:
+        return False
+    return mode == "require" or RDMA_CORE in loaded
+
+
 def decide(mode: Mode, facts: PeermemFacts, held: Held | None = None) -> Decision:
     """Whether to load peermem now, given the mode, the facts and a remembered failure.
 

@@ -41,7 +41,7 @@ Rules, each with a test in tests/unit/test_reconcile.py:
 
 from __future__ import annotations
 
-from rdmad.model import Action, Desired, Observed, PlanState
+from rdmad.model import Action, Desired, Observed, ObserveScope, PlanState
 from rdmad.reconcile.guard import plan_guard, stand_back
 from rdmad.reconcile.peermem import declared as peermem_declared
 from rdmad.reconcile.peermem import plan_peermem
@@ -66,6 +66,14 @@ def plan(desired: Desired, observed: Observed, state: PlanState) -> list[Action]
     return stand_back(actions, observed)
 
 
+def observe_scope(desired: Desired) -> ObserveScope:
+    """What a plan on ``desired`` can ask of the costly sources: rdma_rxe's availability
+    only where an rxe link is declared (``rxe.py`` and ``guard.py`` ask it then and only
+    then), and the peer-memory facts as far as the mode can turn on them."""
+    modules = frozenset({RXE_MODULE}) if desired.rxe else frozenset()
+    return ObserveScope(modules=modules, peermem=desired.peermem.mode)
+
+
 def declared_objects(desired: Desired, observed: Observed | None = None) -> list[str]:
     """The objects status lists. SR-IOV objects depend on the node (a selector's are
     the PFs it matches there): without ``observed``, each declaration's own name."""
@@ -80,4 +88,12 @@ def declared_objects(desired: Desired, observed: Observed | None = None) -> list
     )
 
 
-__all__ = ["NETLINK_ATTRS", "RXE_MODULE", "declared_objects", "find_netdev", "find_pf", "plan"]
+__all__ = [
+    "NETLINK_ATTRS",
+    "RXE_MODULE",
+    "declared_objects",
+    "find_netdev",
+    "find_pf",
+    "observe_scope",
+    "plan",
+]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from structlog.testing import capture_logs
 
-from rdmad.model import Action, Desired, LoadModule, ModulesObserved, Observed
+from rdmad.model import Action, Desired, LoadModule, ModulesObserved, Observed, ObserveScope
 from rdmad.model.validation import validate
 from rdmad.peermem.facts import ModuleFile, PeermemFacts
 from tests.agent.conftest import FakeResult, FakeWrite, RigFactory
@@ -129,4 +129,34 @@ async def test_a_module_event_retries_even_when_the_loaded_set_is_the_same_again
     await r.advance(300.0, step=30.0)
     await r.idle()
     assert len(host.attempts) == 2
+    await r.stop()
+
+
+@dataclass
+class ScopedHost(PeermemHost):
+    """Records what the agent tells it the declaration asks of the costly sources."""
+
+    scopes: list[ObserveScope] = field(default_factory=list)
+
+    def set_scope(self, scope: ObserveScope) -> None:
+        self.scopes.append(scope)
+
+
+async def test_the_host_is_told_what_the_declaration_asks_at_each_load(rig: RigFactory) -> None:
+    host = ScopedHost(error=None)
+    r = rig(peermem_config("auto"), host=host)  # type: ignore[arg-type]
+    await r.start()
+    assert host.scopes == [ObserveScope(modules=frozenset(), peermem="auto")]
+    # An rxe link declared on reload: rdma_rxe's availability is asked from then on.
+    r.cfg.desired = validate(
+        Desired, {"rxe": [{"name": "rxe0", "netdev": {"name": "eth0"}}], "daemon": {}}
+    )
+    r.agent.request_reload()
+    await r.idle()
+    assert host.scopes[-1] == ObserveScope(modules=frozenset({"rdma_rxe"}), peermem="off")
+    # A config that does not load keeps the last good one, and what it asks.
+    r.cfg.errors = ["bad"]
+    r.agent.request_reload()
+    await r.idle()
+    assert host.scopes[-1] == ObserveScope(modules=frozenset({"rdma_rxe"}), peermem="off")
     await r.stop()

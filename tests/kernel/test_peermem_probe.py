@@ -1,5 +1,7 @@
-"""observe() carries the peer-memory facts; the probe reads the module tree only while a
-GPU driver is loaded, and again only when what it depends on changed."""
+"""observe() carries the peer-memory facts; the probe reads the module tree only where
+the declared mode's decision can turn on it (a GPU driver loaded; for auto the RDMA core
+too), and again only when what it depends on changed. Nothing declared that can load a
+module: neither the module tree nor /proc/kallsyms is read."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from pathlib import Path
 from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model import Desired, LoadModule, PeermemSpec, PlanState
-from rdmad.reconcile import plan
+from rdmad.model import Desired, LoadModule, ObserveScope, PeermemSpec, PlanState
+from rdmad.model.validation import validate
+from rdmad.reconcile import observe_scope, plan
 from tests.support.fakesysfs import RELEASE, gpu_node
 
 
@@ -59,3 +62,72 @@ async def test_load_is_stale_when_a_required_module_went_away(tmp_path: Path) ->
     result = await host.apply(action)
     assert result.stale and "ib_core no longer loaded" in result.note
     assert not host.records  # nothing was run or recorded as a write
+
+
+class CountingSysfs(Sysfs):
+    """Sysfs that remembers every file it was asked to read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.asked: list[str] = []
+
+    def read(self, rel: str) -> str | None:
+        self.asked.append(rel)
+        return super().read(rel)
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        self.asked.append(rel)
+        return super().read_bytes(rel)
+
+
+COSTLY = (f"lib/modules/{RELEASE}/modules.dep", "proc/kallsyms")
+
+
+def costly_reads(fs: CountingSysfs) -> list[str]:
+    return [rel for rel in fs.asked if rel in COSTLY or rel.endswith(".ko")]
+
+
+def test_the_mode_decides_whether_the_module_tree_is_read(tmp_path: Path) -> None:
+    gpu_node(tmp_path, loaded=("nvidia",))  # the GPU driver, no RDMA core yet
+    for mode, probed in (("off", False), ("auto", False), ("require", True)):
+        facts = PeermemProbe().facts(Sysfs(tmp_path), mode)  # type: ignore[arg-type]
+        assert facts.probed is probed, mode
+    gpu_node(tmp_path)  # and the RDMA core: auto's decision turns on the tree now
+    for mode, probed in (("off", False), ("auto", True), ("require", True)):
+        facts = PeermemProbe().facts(Sysfs(tmp_path), mode)  # type: ignore[arg-type]
+        assert facts.probed is probed, mode
+
+
+def test_nothing_declared_reads_neither_the_module_tree_nor_kallsyms(tmp_path: Path) -> None:
+    """A GPU node with nothing declared (peermem off, no rxe link): the first pass reads
+    no megabyte file. Declaring rxe asks rdma_rxe's availability; auto, peermem's."""
+    gpu_node(tmp_path)
+    fs = CountingSysfs(tmp_path)
+    seen = observe(fs, scope=observe_scope(Desired()))
+    assert costly_reads(fs) == []
+    assert not seen.modules.peermem.probed and seen.modules.unavailable == ()
+    assert plan(Desired(), seen, PlanState()) == []
+
+    fs = CountingSysfs(tmp_path)
+    rxe = validate(Desired, {"rxe": [{"name": "rxe0", "netdev": {"name": "eth0"}}]})
+    seen = observe(fs, scope=observe_scope(rxe))
+    assert f"lib/modules/{RELEASE}/modules.dep" in costly_reads(fs)
+    assert not seen.modules.peermem.probed
+    assert seen.modules.cannot_load("rdma_rxe") is not None  # not in this tree's modules.dep
+
+    fs = CountingSysfs(tmp_path)
+    auto = validate(Desired, {"peermem": {"mode": "auto"}})
+    seen = observe(fs, scope=observe_scope(auto))
+    assert "proc/kallsyms" in costly_reads(fs) and seen.modules.peermem.probed
+    [load] = plan(auto, seen, PlanState())
+    assert isinstance(load, LoadModule) and load.module == "nvidia-peermem"
+
+
+def test_an_observer_nobody_told_reads_everything(tmp_path: Path) -> None:
+    gpu_node(tmp_path)
+    fs = CountingSysfs(tmp_path)
+    seen = observe(fs)  # no scope: as the tools and the older callers observe
+    assert seen.modules.peermem.probed and ObserveScope() == ObserveScope(
+        modules=frozenset({"rdma_rxe"}), peermem="require"
+    )
+    assert f"lib/modules/{RELEASE}/modules.dep" in costly_reads(fs)

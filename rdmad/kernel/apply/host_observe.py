@@ -34,6 +34,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.usage.holders import combine, representor_usage
 from rdmad.model import (
     Observed,
+    ObserveScope,
     RdmaLinkObserved,
     Usage,
     Use,
@@ -124,6 +125,12 @@ class ObservingHost:
         self._rdma_probe_core = False  # whether ib_core was loaded at that probe
         self.peermem_probe = PeermemProbe()  # caches the costly peermem reads
         self.module_probe = modules_mod.ModuleProbe()  # and the module tree's (rdma_rxe)
+        self.scope = ObserveScope()  # what the declaration asks of those (all, until told)
+
+    def set_scope(self, scope: ObserveScope) -> None:
+        """What the declaration in effect asks of the costly sources (the agent tells it
+        at each config load); the next full observation reads for that."""
+        self.scope = scope
 
     def close(self) -> None:
         for client in (self.rtnl, self.rdma, self.devlink):
@@ -248,6 +255,7 @@ class ObservingHost:
             peermem_probe=self.peermem_probe,
             module_probe=self.module_probe,
             rdma_users_unknown=unread,
+            scope=self.scope,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)

@@ -45,6 +45,7 @@ from rdmad.model.observed import (
     ModulesObserved,
     NetdevObserved,
     Observed,
+    ObserveScope,
     PauseObserved,
     PfObserved,
     RdmaLinkObserved,
@@ -65,6 +66,7 @@ def observe(
     peermem_probe: PeermemProbe | None = None,
     module_probe: ModuleProbe | None = None,
     rdma_users_unknown: str | None = None,
+    scope: ObserveScope | None = None,
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
@@ -73,7 +75,9 @@ def observe(
     ``rdma_users_unknown``: why RDMA netlink was not read although it should have been
     (it failed, or a guarded stop is in progress): the kernel users of the links read
     from sysfs are then unknown, and so each link counts as in use.
+    ``scope``: what the declaration asks of the module tree and kallsyms (None: all).
     """
+    scope = scope or ObserveScope()
     notes: list[str] = []
     netdevs = _netdevs(sysfs, links)
     has_devices = _may_hold_something(sysfs, notes)
@@ -128,9 +132,11 @@ def observe(
     why_no_modules = mods.loading_disabled_reason()
     if why_no_modules is not None:
         notes.append(why_no_modules)
-    facts = (peermem_probe or PeermemProbe()).facts(sysfs)
+    facts = (peermem_probe or PeermemProbe()).facts(sysfs, scope.peermem)
     loaded = mods.loaded()
-    builtin, unavailable = (module_probe or ModuleProbe()).facts(sysfs, loaded, level)
+    builtin, unavailable = (module_probe or ModuleProbe()).facts(
+        sysfs, loaded, level, scope.modules
+    )
     modules = ModulesObserved(
         loaded, support=level, peermem=facts, builtin=builtin, unavailable=unavailable
     )
