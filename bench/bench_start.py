@@ -11,6 +11,11 @@
     VFs, rdma_rxe loaded) and a config declaring the 4 VFs and one rxe link.
     ``rdmad run`` reads only "/", hence the small launcher; the pass, the plan and the
     READY are the real ones.
+  - a GPU node (fake tree sized as the Ubuntu 24.04 GPU node of #61: the GPU driver
+    loaded, no RDMA core, a /proc/kallsyms of 153,939 lines, a modules.dep of 6,000
+    modules): nothing declared, and ``[peermem] mode = "auto"``; then the same with the
+    RDMA core loaded, where auto's decision turns on the module tree and kallsyms (the
+    one case that reads them). Each with the first pass's own time (the agent's).
 * import cost: ``python -X importtime`` of what ``rdmad run`` imports before its first
   pass (rdmad.cli, rdmad.daemon) and of all it imports (the API and metrics too, which
   come in a worker thread beside the first pass: rdmad.services), wall time vs
@@ -45,7 +50,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from headline import emit, median, pct, row  # noqa: E402
 
-from tests.support.fakesysfs import MLX5_PF, mlx5_node  # noqa: E402
+from tests.support.fakesysfs import MLX5_PF, RELEASE, gpu_node, mlx5_node  # noqa: E402
 
 LAB = False
 HIDE_RICH = "import sys; sys.modules['rich'] = None; "
@@ -84,9 +89,12 @@ async def main():
         await agent.run()
     finally:
         await (await rdmad.daemon._stop_starting(starting)).close()
+    print(f"FIRST_PASS_MS {agent.passes[0].seconds * 1000:.3f}", file=sys.stderr)
 
 asyncio.run(main())
 """
+KALLSYMS_LINES = 153_939  # the GPU node's /proc/kallsyms (#61)
+MODULES = 6_000  # a distribution kernel's modules.dep (Ubuntu 24.04: ~6,000 modules)
 
 VF_RXE_CONFIG = f"""
 [[sriov]]
@@ -97,6 +105,37 @@ numvfs = 4
 name = "rxe0"
 netdev = {{ name = "eth0" }}
 """
+
+
+def gpu_tree(root: Path, *, rdma_core: bool) -> None:
+    """A GPU node as the daemon reads it, its costly files at a real node's size."""
+    loaded = ("nvidia", "ib_core") if rdma_core else ("nvidia",)
+    symbols = tuple(f"sym_{i:06d}" for i in range(KALLSYMS_LINES - 2))
+    fs = gpu_node(root, loaded=loaded, kallsyms=("ib_register_client", *symbols))
+    base = f"lib/modules/{RELEASE}"
+    deps = (root / base / "modules.dep").read_text().splitlines()
+    deps += [
+        f"kernel/drivers/misc/module_{i:04d}.ko.zst: kernel/lib/dep_{i % 97:02d}.ko.zst"
+        for i in range(MODULES - len(deps))
+    ]
+    fs.write(f"{base}/modules.dep", "\n".join(deps))
+
+
+GPU_CASES = {  # case -> (RDMA core loaded, config)
+    "gpu_empty": (False, ""),
+    "gpu_auto": (False, '[peermem]\nmode = "auto"\n'),
+    "gpu_auto_rdma": (True, '[peermem]\nmode = "auto"\n'),
+}
+
+
+LABELS = {
+    "bare": "python3 -c pass (start to exit)",
+    "empty": "rdmad run, empty config",
+    "vf_rxe": "4 VFs + rxe (fake tree)",
+    "gpu_empty": "GPU node, nothing declared (fake tree)",
+    "gpu_auto": "GPU node, peermem auto (fake tree)",
+    "gpu_auto_rdma": "GPU node + RDMA core, peermem auto (fake tree)",
+}
 
 
 class Notify:
@@ -130,7 +169,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def to_ready(argv: list[str], env: dict[str, str], work: Path) -> float:
+def to_ready(
+    argv: list[str], env: dict[str, str], work: Path, first_pass: list[float] | None = None
+) -> float:
+    """ms from Popen to READY=1; the first pass's own ms (FIRST_PASS_MS on stderr, the
+    fake-root launcher's) appended to ``first_pass`` when given."""
     notify = Notify(work / "notify.sock")
     env = dict(env, NOTIFY_SOCKET=str(notify.path))
     try:
@@ -146,6 +189,12 @@ def to_ready(argv: list[str], env: dict[str, str], work: Path) -> float:
             _, err = proc.communicate()
             raise RuntimeError(f"{argv[:4]}: {err.decode()[-2000:]}") from None
         stop(proc)
+        err = proc.stderr.read().decode() if proc.stderr is not None else ""
+        if first_pass is not None:
+            said = [ln for ln in err.splitlines() if ln.startswith("FIRST_PASS_MS ")]
+            if not said:
+                raise RuntimeError(f"{argv[:4]}: no first pass reported: {err[-2000:]}")
+            first_pass.append(float(said[-1].split()[1]))
         return took * 1000
     finally:
         notify.close()
@@ -158,7 +207,11 @@ def wall(argv: list[str], env: dict[str, str]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def start_to_ready(n: int, work: Path, env: dict[str, str]) -> dict[str, list[float]]:
+def start_to_ready(
+    n: int, work: Path, env: dict[str, str], passes: dict[str, list[float]]
+) -> dict[str, list[float]]:
+    """Start -> READY of each case, interleaved; the fake-root cases' first passes into
+    ``passes``."""
     py = sys.executable
     empty = work / "etc-empty"
     empty.mkdir()
@@ -176,12 +229,22 @@ def start_to_ready(n: int, work: Path, env: dict[str, str]) -> dict[str, list[fl
             env,
             work,
         ),
-        "vf_rxe": lambda: to_ready(
-            [py, "-c", HIDE_RICH + FAKE_ROOT_DAEMON, str(tree), str(cfg)], env, work
-        ),
     }
+
+    def fake_root(case: str, root: Path, config: Path) -> None:
+        argv = [py, "-c", HIDE_RICH + FAKE_ROOT_DAEMON, str(root), str(config)]
+        passes[case] = []
+        cmds[case] = lambda: to_ready(argv, env, work, passes[case])
+
+    fake_root("vf_rxe", tree, cfg)
+    for case, (rdma_core, text) in GPU_CASES.items():
+        gpu_tree(work / case, rdma_core=rdma_core)
+        (work / f"{case}.toml").write_text(text)
+        fake_root(case, work / case, work / f"{case}.toml")
     for fn in cmds.values():  # byte-code compiled, page cache warm
         fn()
+    for got in passes.values():
+        got.clear()  # the warm-up's
     out: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(n):
         for k, fn in cmds.items():
@@ -241,19 +304,20 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(work / "pyc")
     env["PYTHONPATH"] = str(REPO)
+    passes: dict[str, list[float]] = {}
     try:
-        ready = start_to_ready(n, work, env)
+        ready = start_to_ready(n, work, env, passes)
         imp = imports(max(3, n), env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{'start -> READY':<34} {'p50 ms':>9} {'max ms':>9} {'n':>4}")
-    for k, label in (
-        ("bare", "python3 -c pass (start to exit)"),
-        ("empty", "rdmad run, empty config"),
-        ("vf_rxe", "4 VFs + rxe (fake tree)"),
-    ):
-        print(f"{label:<34} {median(ready[k]):>9.1f} {max(ready[k]):>9.1f} {len(ready[k]):>4}")
+    head = f"{'start -> READY':<48} {'p50 ms':>8} {'max ms':>8} {'first pass p50':>15} {'n':>4}"
+    print(head)
+    for k, label in LABELS.items():
+        first = f"{median(passes[k]):>12.2f} ms" if passes.get(k) else f"{'-':>15}"
+        print(
+            f"{label:<48} {median(ready[k]):>8.1f} {max(ready[k]):>8.1f} {first} {len(ready[k]):>4}"
+        )
     w = imp["wall_ms"]
     print(
         f"\nimports of rdmad run: {imp['modules']} modules beyond bare python, "
@@ -281,6 +345,18 @@ def main() -> int:
             bare,
         ),
         row(
+            "start -> READY, GPU node, nothing declared (p50)",
+            median(ready["gpu_empty"]),
+            median(ready["bare"]),
+            bare,
+        ),
+        row(
+            "first pass, GPU node, peermem auto (p50)",
+            median(passes["gpu_auto"]),
+            median(passes["gpu_auto_rdma"]),
+            "the same pass with the RDMA core loaded (the module tree and kallsyms read)",
+        ),
+        row(
             "import before the first pass: rdmad.cli + rdmad.daemon (wall p50)",
             median(w["daemon"]),
             median(w["bare"]),
@@ -293,7 +369,7 @@ def main() -> int:
             bare,
         ),
     ]
-    emit("start", headline, start_to_ready_ms=ready, imports=imp)
+    emit("start", headline, start_to_ready_ms=ready, first_pass_ms=passes, imports=imp)
     return 0
 
 

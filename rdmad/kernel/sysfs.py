@@ -352,3 +352,49 @@ class Sysfs(SysfsFiles):
         except OSError:
             return None
         return (st.st_dev, st.st_ino)
+
+
+class OnceReads(Sysfs):
+    """``fs`` with each file read, listed, stat'ed or tested once: one snapshot's answers.
+
+    Three readers of one observation ask the same of /proc/modules, /sys/module, the
+    module switches and the running kernel's release (the loaded modules, the
+    peer-memory facts, rdma_rxe's availability); through this they ask the kernel once.
+    Made per observation and dropped with it: never for a re-check right before a
+    write, which must ask the kernel now. Reads go to ``fs``'s own methods, so a tree
+    that fails reads on purpose (the tests') fails them here too.
+    """
+
+    def __init__(self, fs: Sysfs) -> None:
+        super().__init__(fs.root)
+        self._fs = fs
+        self._read: dict[str, str | None] = {}
+        self._bytes: dict[str, bytes | None] = {}
+        self._stamp: dict[str, tuple[int, int] | None] = {}
+        self._listed: dict[str, list[str]] = {}
+        self._exists: dict[str, bool] = {}
+
+    def read(self, rel: str) -> str | None:
+        if rel not in self._read:
+            self._read[rel] = self._fs.read(rel)
+        return self._read[rel]
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        if rel not in self._bytes:
+            self._bytes[rel] = self._fs.read_bytes(rel)
+        return self._bytes[rel]
+
+    def stamp(self, rel: str) -> tuple[int, int] | None:
+        if rel not in self._stamp:
+            self._stamp[rel] = self._fs.stamp(rel)
+        return self._stamp[rel]
+
+    def listdir(self, rel: str) -> list[str]:
+        if rel not in self._listed:
+            self._listed[rel] = self._fs.listdir(rel)
+        return list(self._listed[rel])  # a copy: a caller may sort or extend it
+
+    def exists(self, rel: str) -> bool:
+        if rel not in self._exists:
+            self._exists[rel] = self._fs.exists(rel)
+        return self._exists[rel]

@@ -134,10 +134,23 @@ def is_signed(data: bytes) -> bool:
 
 
 def exports(kallsyms: bytes, symbol: str) -> bool:
-    """Whether /proc/kallsyms text names ``symbol`` ("ADDR T NAME\t[module]" lines)."""
-    return (
-        re.search(rb"[ \t]" + re.escape(symbol.encode()) + rb"(?:[ \t\n]|$)", kallsyms) is not None
-    )
+    """Whether /proc/kallsyms text names ``symbol`` ("ADDR T NAME\t[module]" lines).
+
+    A search for the name's bytes, each hit then checked for a whole word: a regular
+    expression that starts with a character class tries every position of the text
+    (24 ms for a real node's 154,000 lines, two such searches per peer-memory probe);
+    ``bytes.find`` skips through it (under a millisecond)."""
+    name = symbol.encode()
+    at = kallsyms.find(name)
+    while at != -1:
+        end = at + len(name)
+        if kallsyms[at - 1 : at] in (b" ", b"\t") and kallsyms[end : end + 1] in _AFTER_NAME:
+            return True
+        at = kallsyms.find(name, end)
+    return False
+
+
+_AFTER_NAME = (b"", b" ", b"\t", b"\n")  # what may follow a whole symbol name
 
 
 def kmsg_text(record: str) -> str:

@@ -3,9 +3,12 @@ modprobe stderr and kernel log lines (kmod 30, kernel 6.1 wording)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.peermem.choice import Held, decide
@@ -268,6 +271,34 @@ def test_kallsyms_match_is_by_whole_name() -> None:
     assert not exports(text, "ib_register_peer_memory_client")
     assert not exports(text, "ib_umem_dmabuf_get")
     assert exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
+    assert exports(b"ffff T ib_umem_dmabuf_get", "ib_umem_dmabuf_get")  # the text's end
+    assert not exports(b"ib_umem_dmabuf_get T x\n", "ib_umem_dmabuf_get")  # no field before
+
+
+def _exports_by_regex(kallsyms: bytes, symbol: str) -> bool:
+    """The definition: a whole name, after a space or tab, before one, a newline or the end."""
+    word = rb"[ \t]" + re.escape(symbol.encode()) + rb"(?:[ \t\n]|$)"
+    return re.search(word, kallsyms) is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T ", "t ", "D ", "T\t", " ", ""]),
+            st.sampled_from(["ib_umem_dmabuf_get", "ib_umem_dmabuf_get_pinned", "x", "_get"]),
+            st.sampled_from(["\t[ib_core]", "", " ", "_x", "\t"]),
+        ),
+        max_size=6,
+    ),
+    st.sampled_from(["\n", " ", ""]),
+)
+def test_kallsyms_match_is_the_whole_word_definition(
+    lines: list[tuple[str, str, str]], sep: str
+) -> None:
+    text = sep.join(f"ffff {kind}{name}{tail}" for kind, name, tail in lines).encode()
+    for symbol in ("ib_umem_dmabuf_get", "_get", "x"):
+        assert exports(text, symbol) == _exports_by_regex(text, symbol), (text, symbol)
 
 
 @pytest.mark.parametrize("suffix", [".ko.xz", ".ko.gz"])

@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
+from rdmad import modsupport
 from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
 from rdmad.kernel.ibcore import observe_rdma_sys
 from rdmad.kernel.managers import with_managers
@@ -28,7 +29,7 @@ from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.openibd_dropin import observe_openibd
 from rdmad.kernel.pause import read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, Sysfs
+from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, OnceReads, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
@@ -80,7 +81,8 @@ def observe(
     scope = scope or ObserveScope()
     notes: list[str] = []
     netdevs = _netdevs(sysfs, links)
-    has_devices = _may_hold_something(sysfs, notes)
+    pf_addresses = sysfs.sriov_pfs()  # one walk of the PCI devices per snapshot
+    has_devices = _may_hold_something(sysfs, pf_addresses, notes)
     # Walking /proc is the costliest read; skip it when nothing could be held.
     files = OpenFiles.scan(sysfs) if has_devices else OpenFiles()
     libvirt = Libvirt.scan(sysfs) if has_devices else Libvirt()
@@ -122,21 +124,20 @@ def observe(
             blind=blind,
             notes=notes,
         )
-        for pci in sysfs.sriov_pfs()
+        for pci in pf_addresses
     )
     # Other managers' SR-IOV files, read again at each full observation (reload, drift
     # check, a PF's own events): nothing tells when one is edited.
     pfs = with_managers(sysfs, pfs)
-    mods = Modules(sysfs)
+    once = OnceReads(sysfs)  # three readers ask about the modules: the kernel, once
+    mods = Modules(once)
     level = mods.support()
-    why_no_modules = mods.loading_disabled_reason()
+    why_no_modules = modsupport.support_words(level)
     if why_no_modules is not None:
         notes.append(why_no_modules)
-    facts = (peermem_probe or PeermemProbe()).facts(sysfs, scope.peermem)
+    facts = (peermem_probe or PeermemProbe()).facts(once, scope.peermem)
     loaded = mods.loaded()
-    builtin, unavailable = (module_probe or ModuleProbe()).facts(
-        sysfs, loaded, level, scope.modules
-    )
+    builtin, unavailable = (module_probe or ModuleProbe()).facts(once, loaded, level, scope.modules)
     modules = ModulesObserved(
         loaded, support=level, peermem=facts, builtin=builtin, unavailable=unavailable
     )
@@ -390,7 +391,7 @@ def _pause(sysfs: Sysfs, now: float | None) -> tuple[PauseObserved | None, Pause
     return (record if record is not None and record.ended_why is None else None), record
 
 
-def _may_hold_something(sysfs: Sysfs, notes: list[str]) -> bool:
+def _may_hold_something(sysfs: Sysfs, pf_addresses: list[str], notes: list[str]) -> bool:
     """Whether this node has anything a process or a VM could hold (an SR-IOV PF, an
     RDMA device): only then are /proc and libvirt read. A listing that fails is not
     "nothing here": they are read (a held rxe link must not read free), and it is said."""
@@ -400,4 +401,4 @@ def _may_hold_something(sysfs: Sysfs, notes: list[str]) -> bool:
     except Unreadable as exc:
         notes.append(exc.reason)
         return True
-    return bool(sysfs.sriov_pfs() or sysfs.ib_devices())
+    return bool(pf_addresses or sysfs.ib_devices())
