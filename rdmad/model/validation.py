@@ -20,7 +20,6 @@ of the daemon's start-up before its first pass (~0.75 s under TCG, bench/RESULTS
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 import types
@@ -161,6 +160,8 @@ def _struct(data: Any, spec: type[msgspec.Struct], loc: Loc, problems: list[Prob
     for key, raw in data.items():
         field = fields.get(key)
         if field is None:
+            import difflib  # here: only an unknown key needs it, a good config never does
+
             near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             problems.append(((*loc, key), f"unknown key{hint}"))

@@ -19,8 +19,6 @@ with the node and slot). Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
-
 PF_MAC = "pf-mac"
 MACHINE_ID = "machine-id"
 
@@ -44,6 +42,8 @@ def derive_mac(
         text = f"rdmad-vf-mac machine-id={machine_id} pf={pf} vf={vf}"
     else:
         raise ValueError(f"unknown derivation {how!r}")
+    import hashlib  # here: only a derived MAC needs it, and the daemon's start-up does not
+
     raw = bytearray(hashlib.sha256(text.encode()).digest()[:6])
     raw[0] = (raw[0] & 0xFC) | 0x02  # unicast, locally administered
     return ":".join(f"{b:02x}" for b in raw)

@@ -22,8 +22,6 @@ each declaration means, each VF's settings, and each MAC as a literal. Pure: no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 import msgspec
 
 from rdmad import pfselect
@@ -48,8 +46,7 @@ _VF_KEYS: tuple[str, ...] = tuple(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class SriovTarget:
+class SriovTarget(msgspec.Struct, frozen=True):
     """One PF as the planner sees it: its object's name, the declaration, the literal
     reference that finds it, and its VFs with every value literal."""
 
@@ -62,18 +59,16 @@ class SriovTarget:
     derived: frozenset[int] = frozenset()  # the VFs whose MAC was derived
 
 
-@dataclass(frozen=True, slots=True)
-class SelectorOutcome:
+class SelectorOutcome(msgspec.Struct, frozen=True):
     """An object that is no target: a selector with no PF of its own here (a note), or
     a PF two selectors match (blocked)."""
 
     obj: str
     action: Action
-    desired: dict[str, object] = field(default_factory=dict)
+    desired: dict[str, object] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Resolution:
+class Resolution(msgspec.Struct, frozen=True):
     targets: tuple[SriovTarget, ...] = ()
     others: tuple[SelectorOutcome, ...] = ()
 
@@ -289,7 +284,7 @@ def _unique_macs(targets: list[SriovTarget]) -> tuple[SriovTarget, ...]:
             msgspec.structs.replace(v, mac=None) if v.index in drop[n] else v for v in t.vfs
         )
         refused = tuple(Blocked(t.obj, f"VF {i}: {why}", (i,)) for i, why in drop[n].items())
-        out.append(replace(t, vfs=vfs, notes=t.notes + refused))
+        out.append(msgspec.structs.replace(t, vfs=vfs, notes=t.notes + refused))
     return tuple(out)
 
 

@@ -26,7 +26,8 @@ import ctypes
 import socket
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 SO_ATTACH_FILTER = 26
 SCAN = 256  # header bytes searched for its NUL: a devpath longer than ~250 is let through
@@ -53,8 +54,7 @@ RET_K = 0x06
 _LOAD = {4: LD_W_IND, 2: LD_H_IND, 1: LD_B_IND}
 
 
-@dataclass(frozen=True, slots=True)
-class Insn:
+class Insn(msgspec.Struct, frozen=True):
     code: int
     jt: int = 0
     jf: int = 0
