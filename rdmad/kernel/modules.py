@@ -134,7 +134,7 @@ class ModuleProbe:
         sysfs: Sysfs,
         loaded: frozenset[str],
         level: modsupport.Support,
-        names: Collection[str] = (modsupport.RXE,),
+        names: Collection[str],
     ) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
         """(those built in, (module, why it cannot be loaded) for those that cannot)."""
         wanted = tuple(sorted(n for n in names if canonical(n) not in loaded))

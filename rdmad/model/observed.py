@@ -7,7 +7,7 @@ import enum
 from dataclasses import KW_ONLY, dataclass, field
 
 from rdmad.managers.facts import PfManagers
-from rdmad.modsupport import Support, cannot_load
+from rdmad.modsupport import RXE, Support, cannot_load
 from rdmad.peermem.choice import Held, Mode
 from rdmad.peermem.facts import PeermemFacts
 
@@ -193,7 +193,7 @@ class ObserveScope:
     nobody told (a tool, a test) reads as much as it ever did.
     """
 
-    modules: frozenset[str] = frozenset({"rdma_rxe"})
+    modules: frozenset[str] = frozenset({RXE})
     peermem: Mode = "require"
 
 

@@ -6,64 +6,37 @@ RDMA netlink socket, then the snapshot's pause)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.sysfs import OnceReads, Sysfs
-from rdmad.kernel.sysfs_files import SysfsFiles
 from rdmad.model import Desired
 from rdmad.model.validation import validate
 from rdmad.reconcile import observe_scope
+from tests.support.countingsysfs import CountingSysfs
 from tests.support.fakesysfs import gpu_node, mlx5_node
 
-ASKS = ("read", "read_bytes", "listdir", "exists", "stamp")
 
-
-@pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, str]]:
-    """Every primitive question put to any tree, by (method, path)."""
-    count: Counter[tuple[str, str]] = Counter()
-    for name in ASKS:
-        real = getattr(SysfsFiles, name)
-
-        def spy(self: SysfsFiles, rel: str, _real: Any = real, _name: str = name) -> Any:
-            count[(_name, rel)] += 1
-            return _real(self, rel)
-
-        monkeypatch.setattr(SysfsFiles, name, spy)
-    return count
-
-
-def twice(count: Counter[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    return {k: n for k, n in count.items() if n > 1}
-
-
-def test_a_gpu_node_with_everything_declared_is_asked_once(
-    tmp_path: Path, asked: Counter[tuple[str, str]]
-) -> None:
+def test_a_gpu_node_with_everything_declared_is_asked_once(tmp_path: Path) -> None:
     gpu_node(tmp_path)
+    fs = CountingSysfs(tmp_path)
     desired = validate(
         Desired,
         {"peermem": {"mode": "require"}, "rxe": [{"name": "rxe0", "netdev": {"name": "eth0"}}]},
     )
-    seen = observe(Sysfs(tmp_path), scope=observe_scope(desired))
+    seen = observe(fs, scope=observe_scope(desired))
     assert seen.modules.peermem.probed  # the costly facts were read...
-    assert ("read", "proc/modules") in asked and ("read_bytes", "proc/kallsyms") in asked
-    assert twice(asked) == {}  # ...and nothing twice
+    assert ("read", "proc/modules") in fs.asked and ("read_bytes", "proc/kallsyms") in fs.asked
+    assert fs.twice() == {}  # ...and nothing twice
 
 
-def test_an_sriov_node_walks_its_pci_devices_once(
-    tmp_path: Path, asked: Counter[tuple[str, str]]
-) -> None:
+def test_an_sriov_node_walks_its_pci_devices_once(tmp_path: Path) -> None:
     mlx5_node(tmp_path)
-    seen = observe(Sysfs(tmp_path), scope=observe_scope(Desired()))
+    fs = CountingSysfs(tmp_path)
+    seen = observe(fs, scope=observe_scope(Desired()))
     assert seen.pfs  # the PF and its VFs were found, with one listing
-    assert asked[("listdir", "sys/bus/pci/devices")] == 1
-    assert [k for k in twice(asked) if k[1].startswith("sys/bus/pci")] == []
+    assert fs.asked[("listdir", "sys/bus/pci/devices")] == 1
+    assert [k for k in fs.twice() if k[1].startswith("sys/bus/pci")] == []
 
 
 def test_once_reads_keep_a_trees_failures_and_hand_out_copies(tmp_path: Path) -> None:
