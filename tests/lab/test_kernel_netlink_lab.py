@@ -290,3 +290,61 @@ def test_vlan_without_proto_on_a_fresh_netdevsim_vf_is_8021q(guest: Any) -> None
     # ...and a declared vlan without a protocol is written as 802.1Q, not 802.1ad.
     assert (verdict["after"]["vlan"], verdict["after"]["vlan_proto"]) == (100, "802.1Q")
     assert "802.1ad" not in json.dumps(verdict["ip"]), verdict["ip"]
+
+
+def test_the_uevent_filter_attaches_on_the_guests_kernel_and_drops_other_subsystems(
+    guest: Any,
+) -> None:
+    """The guest runs Debian 12's kernel (6.1), whose net.core.optmem_max (20 KiB) refused
+    the byte-at-a-time filter with ENOMEM: the daemon's reader then woke for every uevent.
+    Here the program attaches with its full search, and the kernel itself drops a veth
+    pair's uevents (theirs and their queues') while an rxe device's come through."""
+    verdict = _guest_python(
+        guest,
+        """
+        import select, socket
+        from rdmad.kernel.events.uevent_filter import attach_uevent_filter
+
+        def raw(subsystems):
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 15)
+            span = attach_uevent_filter(sock, subsystems) if subsystems else None
+            sock.bind((0, 1))
+            return sock, span
+
+        def drain(sock, last):
+            seen = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # bounded: 30 s for the last one
+                if not select.select([sock], [], [], 1.0)[0]:
+                    continue
+                fields = sock.recv(8192).split(b"\\0")
+                sub = next((f[10:] for f in fields if f.startswith(b"SUBSYSTEM=")), b"")
+                seen.append([fields[0].decode(), sub.decode()])
+                if fields[0].decode().startswith("remove@") and fields[0].decode().endswith(last):
+                    return seen
+            raise AssertionError(f"{last} not removed: {seen}")
+
+        async def main():
+            sh("modprobe rdma_rxe")
+            every, _ = raw(None)
+            ours, span = raw(("infiniband", "infiniband_verbs"))
+            sh("ip link add flt0 type veth peer name flt1")
+            sh("rdma link add rxflt0 type rxe netdev flt0")
+            sh("rdma link delete rxflt0")
+            sh("ip link del flt0")
+            return {
+                "optmem_max": int(open("/proc/sys/net/core/optmem_max").read()),
+                "span": span,
+                "every": drain(every, "/net/flt1"),
+                "ours": drain(ours, "/infiniband/rxflt0"),
+            }
+        """,
+    )
+    from rdmad.kernel.events.uevent_filter import SCAN
+
+    assert verdict["span"] == SCAN, verdict["optmem_max"]
+    every = {sub for _, sub in verdict["every"]}
+    assert {"net", "queues", "infiniband"} <= every  # what comes without the filter
+    ours = verdict["ours"]
+    assert {sub for _, sub in ours} <= {"infiniband", "infiniband_verbs"}, ours
+    assert any(h.startswith("add@") and h.endswith("/infiniband/rxflt0") for h, _ in ours), ours

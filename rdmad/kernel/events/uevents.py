@@ -26,7 +26,7 @@ import socket
 from collections.abc import Callable, Collection, Mapping
 
 from rdmad.kernel.events.udev import RECEIVE_BUFFER, QueuedEvents, UdevEvent
-from rdmad.kernel.events.uevent_filter import attach_uevent_filter
+from rdmad.kernel.events.uevent_filter import SCAN, attach_uevent_filter
 from rdmad.kernel.netlink.nlsock import open_netlink_socket
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,17 @@ class KernelUevents(QueuedEvents):
         )
         self.filtered = True  # the kernel drops other subsystems' uevents (uevent_filter)
         try:
-            attach_uevent_filter(self._sock, self.wanted)
+            span = attach_uevent_filter(self._sock, self.wanted)
         except (OSError, ValueError) as exc:  # read them all then; the markers still sort
             self.filtered = False
             log.warning("uevent socket filter not attached (%s): every uevent is read", exc)
+        else:
+            if span < SCAN:
+                log.info(
+                    "uevent socket filter searches %d bytes (net.core.optmem_max is low):"
+                    " uevents of longer device paths are read and dropped here",
+                    span,
+                )
         self._loop: asyncio.AbstractEventLoop | None = None
         # Called with each wanted event as it is read, before it is queued
         # (``kernel.events.reflex``: an rxe add sent from here).
