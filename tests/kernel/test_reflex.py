@@ -39,6 +39,7 @@ class FakeKernel:
         """A new socket per add, as the reflex opens one per add; ours is its peer."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         mine.setblocking(False)
+        theirs.setblocking(False)  # as open_netlink_socket's
         self.mine = mine
         self.opened += [mine, theirs]
         return theirs
@@ -349,3 +350,55 @@ async def test_answered_waits_for_every_outcome_bounded(sysfs: Sysfs, kernel: Fa
     firing = reflex.take(ADD)
     assert firing is not None and not firing.outcome.done()
     reflex.close()
+
+
+class AnsweringKernel(FakeKernel):
+    """A kernel end that answers within the send, as the kernel does for netlink."""
+
+    def __init__(self, codes: list[int]) -> None:
+        super().__init__()
+        self.codes = codes  # one answer per send, in order
+
+    def open(self) -> socket.socket:
+        theirs = super().open()
+        kernel = self
+
+        class Answered(socket.socket):
+            def send(self, data: bytes, flags: int = 0) -> int:  # type: ignore[override]
+                sent = super().send(data, flags)
+                kernel.answer_next(kernel.codes.pop(0))
+                return sent
+
+        sock = Answered(fileno=theirs.detach())
+        sock.setblocking(False)
+        self.opened.append(sock)
+        return sock
+
+
+async def test_the_kernels_answer_within_the_send_is_read_at_once(sysfs: Sysfs) -> None:
+    """An ack: the outcome is there when the reader's hook returns, without a turn of
+    the loop; a refusal while the name is released: the retry is armed at once too."""
+    ack = AnsweringKernel([0])
+    try:
+        reflex = RxeReflex(sysfs, FakeClock(), opener=ack.open)
+        reflex.arm({"eth0": [ADD]}, {}, lambda action: True)
+        reflex.netdev_added("eth0")
+        firing = reflex.take(ADD)
+        assert firing is not None and firing.outcome.done()
+        assert firing.outcome.result() is None and firing.sock is None
+    finally:
+        ack.close()
+    clock = FakeClock()
+    released = AnsweringKernel([errno.ENFILE, 0])
+    try:
+        reflex = RxeReflex(sysfs, clock, opener=released.open)
+        reflex.arm({}, {"rxe0": [ADD]}, lambda action: True)
+        reflex.rdma_removed("rxe0")
+        firing = reflex.take(ADD)
+        assert firing is not None and not firing.outcome.done()
+        assert firing.retry is not None  # armed within the hook, not by the reader later
+        clock.advance(0.005)
+        await settle(firing.outcome)
+        assert firing.outcome.result() is None and firing.sends == 2
+    finally:
+        released.close()

@@ -77,6 +77,7 @@ class Firing:
     pause: float = RETRY_FIRST
     sends: int = 0
     message: bytes = field(default=b"", repr=False)
+    watched: bool = False  # its socket has a reader in the loop
 
 
 class RxeReflex:
@@ -192,11 +193,12 @@ class RxeReflex:
         except OSError as exc:
             self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
             return
-        # The send first: the kernel makes the device within it; the reader for its
-        # answer can be added after (the answer waits in the socket).
+        # The send first: the kernel makes the device within it; the reader for an
+        # answer not read at once can be added after (it waits in the socket).
         self._send(firing)
         if firing.sock is not None:
             loop.add_reader(firing.sock.fileno(), self._read, firing)
+            firing.watched = True
         log.debug("%s: %s sent as the event was read", action.obj, action.describe())
 
     def _send(self, firing: Firing) -> None:
@@ -209,6 +211,12 @@ class RxeReflex:
             sock.send(firing.message)
         except OSError as exc:
             self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
+            return
+        # The kernel handles a netlink request within the send: its answer is queued
+        # when send() returns. Read it now, not after a turn of the loop (~2 ms under
+        # emulation: the uevents of the same removal come first), so a refusal while
+        # the old device's name is released is sent again at the kernel's pace.
+        self._read(firing)
 
     def _read(self, firing: Firing) -> None:
         """Reader callback: the kernel's answer to the add."""
@@ -253,7 +261,7 @@ class RxeReflex:
         sock, firing.sock = firing.sock, None
         if sock is not None:
             loop = firing.outcome.get_loop()
-            if not loop.is_closed():
+            if firing.watched and not loop.is_closed():
                 loop.remove_reader(sock.fileno())
             sock.close()
         if not firing.outcome.done():
