@@ -33,7 +33,7 @@ from harness import (  # noqa: E402
     find_image,
     missing_prerequisite,
 )
-from workers import ALONE_MARK, run_directory, turn  # noqa: E402
+from workers import ALONE_MARK, beside, run_directory, turn  # noqa: E402
 
 # The fixtures of tests that reboot or break their guest: the longest ones.
 LONG_FIXTURES = ("fresh_guest", "installed_guest")
@@ -322,16 +322,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
     """Under pytest-xdist, a lab test with a guest (its setup, reruns and teardown
     included) holds the run's test lock: shared, or alone for a test marked
     ``lab_alone`` (workers.py); before an alone one takes it, its saved states are
-    made holding it shared (_alone_states). Host-side tests of the harness hold
-    nothing: they start no guest and time nothing. Outside xdist this is a no-op."""
+    made holding it shared (_alone_states; a failure there becomes the test's own setup
+    error, not the run's end). Host-side tests of the harness hold nothing: they start
+    no guest and time nothing. Outside xdist this is a no-op."""
     if not _in_lab(item) or not _has_guest(item):
         yield
         return
     alone = item.get_closest_marker(ALONE_MARK) is not None
     directory = run_directory()
     if alone and directory is not None:
-        with turn(directory, alone=False, what=f"{item.nodeid} (its saved states)"):
-            _alone_states(item)
+        beside(directory, f"{item.nodeid} (its saved states)", lambda: _alone_states(item))
     with turn(directory, alone=alone, what=item.nodeid):
         yield
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from workers import run_directory, turn
+from workers import beside, run_directory, turn
 
 BOUND = 30.0
 
@@ -105,3 +105,32 @@ def test_shared_tests_run_together_and_an_alone_test_waits_for_them(tmp_path: Pa
         for w in (a, b):
             w.leave.set()
     assert order[2:] == ["alone", "late"], order
+
+
+def test_work_beside_the_others_holds_the_lock_shared_and_a_failure_ends_only_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """beside() runs in pytest's protocol hook: a failure there must not end the run
+    (INTERNALERROR), only be said, so the test's own setup makes the state and reports."""
+    seen: list[tuple[bool, bool]] = []
+
+    def make() -> None:  # others may hold it shared beside; nobody alone
+        seen.append(
+            (
+                held(tmp_path / "tests.lock", fcntl.LOCK_EX),
+                held(tmp_path / "tests.lock", fcntl.LOCK_SH),
+            )
+        )
+
+    assert beside(tmp_path, "t1 (its saved states)", make) is True
+    assert seen == [(True, False)]
+
+    def broken() -> None:
+        raise OSError("qemu-img: no space left on device")
+
+    assert beside(tmp_path, "t2 (its saved states)", broken) is False
+    err = capsys.readouterr().err
+    assert "t2 (its saved states): failed (OSError: qemu-img: no space left on device)" in err
+    assert not held(tmp_path / "tests.lock", fcntl.LOCK_EX), "the lock outlived the failure"
+    with pytest.raises(KeyboardInterrupt):  # an interrupt still ends the run
+        beside(tmp_path, "t3", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))

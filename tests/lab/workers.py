@@ -21,7 +21,7 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,3 +75,18 @@ def turn(directory: Path | None, *, alone: bool, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(tests, fcntl.LOCK_UN)
+
+
+def beside(directory: Path | None, what: str, make: Callable[[], object]) -> bool:
+    """Run ``make`` holding the run's test lock shared (other workers' tests go on), for
+    work a test would otherwise do in its own turn. A failure is said, not raised: this
+    runs in pytest's protocol hook, where an exception ends the whole run (INTERNALERROR)
+    instead of failing one test; the test's own fixture does the work again and reports
+    it as that test's error. True when ``make`` returned."""
+    try:
+        with turn(directory, alone=False, what=what):
+            make()
+    except Exception as exc:
+        log(f"{what}: failed ({type(exc).__name__}: {exc}); the test's setup tries again")
+        return False
+    return True
