@@ -40,7 +40,7 @@ from rdmad.kernel.netlink.rtnl_codec import (
     LinkInfo,
 )
 from rdmad.kernel.netlink.vf_apply import VfChangeResult
-from rdmad.kernel.pause import write_pause
+from rdmad.kernel.pause import PAUSE_FILE, write_pause
 from rdmad.kernel.sysfs import PCI_DEVICES, Sysfs
 from rdmad.model import (
     Action,
@@ -61,6 +61,7 @@ from rdmad.model import (
     VfSettings,
     Waiting,
 )
+from tests.support.countingsysfs import CountingSysfs
 from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, FakeSysfs, mlx5_node
 
 IGB_NUMVFS = f"{PCI_DEVICES}/{IGB_PF}/sriov_numvfs"
@@ -847,6 +848,39 @@ class CountingRtnl(FakeRtnl):
     async def links(self, vfs: bool = True) -> list[LinkInfo]:
         self.dumps += 1
         return await super().links(vfs)
+
+
+class CountingKernelish(CountingSysfs, KernelishSysfs):
+    pass
+
+
+async def test_one_observation_reads_the_pause_file_once(tree: Path) -> None:
+    """Whether to stand back (no RDMA netlink while a guarded stop runs) and the
+    snapshot's pause are one read of the pause file: in a full observation, and in a
+    narrow one after link news."""
+    rtnl = CountingRtnl([pf_link({})])
+    host = make_host(tree, rtnl=rtnl, rdma=FakeRdma())
+    host.sysfs = counting = CountingKernelish(tree)
+    full = await host.observe()
+    # (This fake's netlink and sysfs disagree, so observe() tries three times: one
+    # rtnetlink dump and one pause read each.)
+    assert full.pause is None and counting.asked[("read", PAUSE_FILE)] == rtnl.dumps
+    counting.asked.clear()
+    news = {88: newlink("veth8", 88, "02:00:00:00:08:08", "veth", up=True)}
+    narrow = await host.observe_changed(False, news)
+    assert narrow is not None and narrow.pause is None
+    assert counting.asked[("read", PAUSE_FILE)] == 1
+    # A guarded stop in force: the one read says so to both.
+    write_pause(counting, by="guard", reason="test", seconds=60, modules=[], now=time.time())
+    counting.asked.clear()
+    assert await host.observe_changed(False, news) is None  # observe() stands back
+    assert counting.asked[("read", PAUSE_FILE)] == 1
+    counting.asked.clear()
+    dumps = rtnl.dumps
+    paused = await host.observe()
+    assert paused.pause is not None and paused.pause.by == "guard"
+    assert paused.pause_record == paused.pause
+    assert counting.asked[("read", PAUSE_FILE)] == rtnl.dumps - dumps
 
 
 async def test_narrow_observation_reads_link_news_instead_of_a_dump(tree: Path) -> None:

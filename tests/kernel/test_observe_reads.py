@@ -1,8 +1,8 @@
 """One observation asks the kernel each question once: the PCI devices are walked once,
 and /proc/modules, /sys/module, the module switches and the kernel's release are read
 once although three readers ask them (the loaded modules, the peer-memory facts,
-rdma_rxe's availability). The pause file is the one file read twice (whether to open an
-RDMA netlink socket, then the snapshot's pause)."""
+rdma_rxe's availability). The pause file is read once too (tests/kernel/test_host.py:
+whether to open an RDMA netlink socket and the snapshot's pause are one read)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ def run(prog: list[uf.Insn], data: bytes) -> int:
         pc += 1
         if i.code == uf.RET_K:
             return i.k
-        if i.code in (uf.LD_W_ABS, uf.LD_B_ABS, uf.LD_W_IND, uf.LD_H_IND, uf.LD_B_IND):
-            at = i.k if i.code in (uf.LD_W_ABS, uf.LD_B_ABS) else x + i.k
+        if i.code in (uf.LD_W_ABS, uf.LD_W_IND, uf.LD_H_IND, uf.LD_B_IND):
+            at = i.k if i.code == uf.LD_W_ABS else x + i.k
             size = {uf.LD_W_ABS: 4, uf.LD_W_IND: 4, uf.LD_H_IND: 2}.get(i.code, 1)
             if at + size > len(data):
                 return 0  # the kernel's rule for a read out of bounds
@@ -71,7 +71,7 @@ def ebpf_size(prog: list[uf.Insn]) -> int:
     """Bytes the kernel charges to the socket for ``prog`` converted to eBPF
     (net/core/filter.c, bpf_convert_filter: a packet load becomes up to 14 instructions,
     the rest one each; bpf_prog_size adds the program's header, ~72 bytes)."""
-    loads = {uf.LD_W_ABS: 14, uf.LD_B_ABS: 13, uf.LD_W_IND: 15, uf.LD_H_IND: 15, uf.LD_B_IND: 14}
+    loads = {uf.LD_W_ABS: 14, uf.LD_W_IND: 15, uf.LD_H_IND: 15, uf.LD_B_IND: 14}
     return 72 + 8 * (8 + sum(loads.get(i.code, 1) for i in prog))
 
 

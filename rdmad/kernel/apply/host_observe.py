@@ -21,14 +21,14 @@ from typing import Protocol
 
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
-from rdmad.kernel.apply.observe import observe, observe_changed
+from rdmad.kernel.apply.observe import in_force, observe, observe_changed
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.devlink import Devlink, PfSeen
 from rdmad.kernel.netlink.rdma import RdmaNetlink
 from rdmad.kernel.netlink.rtnetlink import RtNetlink
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo, parse_link
 from rdmad.kernel.netlink.vf_apply import VfChangeResult
-from rdmad.kernel.pause import read_pause
+from rdmad.kernel.pause import read_pause, read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.usage.holders import combine, representor_usage
@@ -180,7 +180,9 @@ class ObservingHost:
         last = self.last
         if last is None or self.rtnl is None or self.rdma is None:
             return None
-        if read_pause(self.sysfs, self.clock.wall()) is not None:
+        # Read once: whether to stand back, and the snapshot's pause.
+        pause_record = read_pause_record(self.sysfs, self.clock.wall())
+        if in_force(pause_record) is not None:
             return None  # standing back: observe() knows how without RDMA netlink
         news = await self._link_news(links)
         if news is None:
@@ -205,7 +207,13 @@ class ObservingHost:
             if rdma_links is None or notes:
                 return None  # RDMA netlink could not be read: observe() reads sysfs
         snapshot = observe_changed(
-            self.sysfs, last, changed, rdma_links, gone=gone, now=self.clock.wall()
+            self.sysfs,
+            last,
+            changed,
+            rdma_links,
+            gone=gone,
+            now=self.clock.wall(),
+            pause_record=pause_record,
         )
         if snapshot is not None:
             self.last = snapshot
@@ -242,8 +250,10 @@ class ObservingHost:
                 reason = f"rtnetlink could not be read: {exc}"
                 notes.append(reason)
         # While a guarded stop runs, no RDMA netlink socket either: opening one makes the
-        # kernel load ib_core again the moment the stop has unloaded it.
-        paused = read_pause(self.sysfs, self.clock.wall()) is not None
+        # kernel load ib_core again the moment the stop has unloaded it. One read of the
+        # pause file for that and for the snapshot's pause.
+        pause_record = read_pause_record(self.sysfs, self.clock.wall())
+        paused = in_force(pause_record) is not None
         rdma_links, rdma_netlink, unread = await self._rdma_read(notes, paused=paused)
         snapshot = observe(
             self.sysfs,
@@ -256,6 +266,7 @@ class ObservingHost:
             module_probe=self.module_probe,
             rdma_users_unknown=unread,
             scope=self.scope,
+            pause_record=pause_record,
         )
         if notes:
             snapshot = _with_note(snapshot, *notes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from rdmad import modsupport
 from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
@@ -68,6 +69,7 @@ def observe(
     module_probe: ModuleProbe | None = None,
     rdma_users_unknown: str | None = None,
     scope: ObserveScope | None = None,
+    pause_record: PauseObserved | Literal["unread"] | None = "unread",
 ) -> Observed:
     """One snapshot. ``links`` None means rtnetlink was not consulted.
 
@@ -77,6 +79,8 @@ def observe(
     (it failed, or a guarded stop is in progress): the kernel users of the links read
     from sysfs are then unknown, and so each link counts as in use.
     ``scope``: what the declaration asks of the module tree and kallsyms (None: all).
+    ``pause_record``: the pause file as the caller already read it for this snapshot
+    (``read_pause_record``), not read again; "unread": read here.
     """
     scope = scope or ObserveScope()
     notes: list[str] = []
@@ -141,7 +145,7 @@ def observe(
     modules = ModulesObserved(
         loaded, support=level, peermem=facts, builtin=builtin, unavailable=unavailable
     )
-    pause, pause_record = _pause(sysfs, now)
+    pause_record = _pause_record(sysfs, now, pause_record)
     return Observed(
         netdevs=netdevs,
         pfs=pfs,
@@ -150,7 +154,7 @@ def observe(
         rdma_netlink=rdma_netlink,
         notes=tuple(notes),
         guard_hook=_guard_hook(sysfs),
-        pause=pause,
+        pause=in_force(pause_record),
         pause_record=pause_record,
         rdma_sys=observe_rdma_sys(sysfs),
         machine_id=sysfs.machine_id() if pfs else None,
@@ -171,6 +175,7 @@ def observe_changed(
     *,
     gone: Collection[int] | None = None,
     now: float | None = None,
+    pause_record: PauseObserved | Literal["unread"] | None = "unread",
 ) -> Observed | None:
     """A snapshot after link or RDMA device events, from ``last`` (the previous one).
 
@@ -178,8 +183,9 @@ def observe_changed(
     or, with ``gone`` (the ifindexes of links deleted since ``last``), only the links
     that changed since (the events' news), the others as ``last`` saw them.
     ``rdma``: RDMA links read again, or None to keep ``last``'s. The pause file and the
-    RDMA netns mode are re-read; everything else is carried over: no sysfs walk of PCI
-    functions, no /proc scan.
+    RDMA netns mode are re-read (the pause file unless the caller read it: ``observe``'s
+    ``pause_record``); everything else is carried over: no sysfs walk of PCI functions,
+    no /proc scan.
 
     None when the change may reach SR-IOV: a netdev of a PCI function came, went, was
     renamed or changed its address or state; then everything must be read. An RDMA
@@ -225,12 +231,12 @@ def observe_changed(
     ):
         return None  # a PCI function's netdev, or a representor, went away
     rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
-    pause, pause_record = _pause(sysfs, now)
+    pause_record = _pause_record(sysfs, now, pause_record)
     return replace(
         last,
         netdevs=tuple(after.values()),
         rdma_links=rdma_links,
-        pause=pause,
+        pause=in_force(pause_record),
         pause_record=pause_record,
         # Two small reads (ib_core may have come back); a pending change's namespaces as
         # the last full observation read them.
@@ -385,10 +391,19 @@ def _pf(
     )
 
 
-def _pause(sysfs: Sysfs, now: float | None) -> tuple[PauseObserved | None, PauseObserved | None]:
-    """(the pause in force, the last pause written, also when over): one read."""
-    record = read_pause_record(sysfs, time.time() if now is None else now)
-    return (record if record is not None and record.ended_why is None else None), record
+def in_force(record: PauseObserved | None) -> PauseObserved | None:
+    """Of the last pause written (``read_pause_record``), the pause in force: None when
+    there is none or it is over (as ``read_pause`` answers)."""
+    return record if record is not None and record.ended_why is None else None
+
+
+def _pause_record(
+    sysfs: Sysfs, now: float | None, given: PauseObserved | Literal["unread"] | None
+) -> PauseObserved | None:
+    """The pause file as the caller read it for this snapshot, or read now: once."""
+    if given == "unread":
+        return read_pause_record(sysfs, time.time() if now is None else now)
+    return given
 
 
 def _may_hold_something(sysfs: Sysfs, pf_addresses: list[str], notes: list[str]) -> bool:

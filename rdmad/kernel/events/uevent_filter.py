@@ -52,7 +52,6 @@ DROP = 0
 
 # Opcodes (linux/filter.h: class | size | mode, or class | op | source).
 LD_W_ABS = 0x20  # A = 32-bit big-endian word at k
-LD_B_ABS = 0x30  # A = byte at k
 LD_MEM = 0x60  # A = M[k]
 ST = 0x02  # M[k] = A
 TAX = 0x07  # X = A
