@@ -112,8 +112,13 @@ def read_pause(sysfs: Sysfs, now: float) -> PauseObserved | None:
     An unreadable or malformed file is no pause: standing back is a courtesy to an
     operator's stop, and a broken file must not keep a node from being restored.
     """
-    pause = read_pause_record(sysfs, now)
-    return pause if pause is not None and pause.ended_why is None else None
+    return in_force(read_pause_record(sysfs, now))
+
+
+def in_force(record: PauseObserved | None) -> PauseObserved | None:
+    """Of the last pause written (``read_pause_record``), the pause in force: None when
+    there is none or it is over."""
+    return record if record is not None and record.ended_why is None else None
 
 
 def read_pause_record(sysfs: Sysfs, now: float) -> PauseObserved | None:

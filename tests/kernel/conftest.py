@@ -8,6 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.netns import new_netns
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A network namespace of the test's own, deleted after it."""
+    name = new_netns()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
 
 @pytest.fixture
 def veth_names() -> Iterator[tuple[str, str]]:

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -28,6 +27,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import NetdevObserved, Observed, VfChange, VfSettings
 from rdmad.triggers import TriggerQueue
 from tests.support.fakeclock import FakeClock
+from tests.support.netns import new_netns
 
 pytestmark = [
     pytest.mark.netns,
@@ -45,24 +45,10 @@ def ifindex(ns: str, name: str) -> int:
     return int(json.loads(ip("-n", ns, "-j", "link", "show", "dev", name))[0]["ifindex"])
 
 
-def _new_netns() -> str:
-    name = f"rdmad-t-{uuid.uuid4().hex[:8]}"
-    ip("netns", "add", name)
-    return name
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    name = _new_netns()
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-
-
 @pytest.fixture
 def netns2() -> Iterator[str]:
-    name = _new_netns()
+    """A second namespace beside conftest's ``netns``."""
+    name = new_netns()
     try:
         yield name
     finally:

@@ -12,8 +12,6 @@ import errno
 import os
 import socket
 import subprocess
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -182,17 +180,6 @@ def test_the_reader_attaches_the_filter_and_warns_when_the_kernel_refuses_it(
         events.close()
 
 
-@pytest.fixture
-def netns_name() -> Iterator[str]:
-    """A network namespace of the test's own: its net.core.optmem_max is its own."""
-    name = f"rdu{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-
-
 def set_optmem_max(netns: str, size: int) -> None:
     done = subprocess.run(
         ["ip", "netns", "exec", netns, "sysctl", "-qw", f"net.core.optmem_max={size}"],
@@ -210,14 +197,14 @@ def set_optmem_max(netns: str, size: int) -> None:
     ("optmem_max", "scan"), [(20480, SCAN), (12288, SCANS[1]), (6144, SCANS[2])]
 )
 def test_the_filter_fits_the_option_memory_older_kernels_give_a_socket(
-    netns_name: str, optmem_max: int, scan: int
+    netns: str, optmem_max: int, scan: int
 ) -> None:
     """20480 bytes: net.core.optmem_max's default up to Linux 6.8 (Debian 12, Ubuntu
     22.04, RHEL 8/9), where the byte-at-a-time program (~33 KB as eBPF) was refused with
     ENOMEM and every uevent woke the reader (measured: this one takes 13.9 KB; the
     128-byte search 7.7 KB, the 64-byte 4.7 KB). Below it, a shorter search is attached."""
-    set_optmem_max(netns_name, optmem_max)
-    sock = open_netlink_socket(NETLINK_KOBJECT_UEVENT, netns=netns_name, groups=1)
+    set_optmem_max(netns, optmem_max)
+    sock = open_netlink_socket(NETLINK_KOBJECT_UEVENT, netns=netns, groups=1)
     try:
         assert attach_uevent_filter(sock, tuple(RDMA)) == scan
     finally:
@@ -226,9 +213,9 @@ def test_the_filter_fits_the_option_memory_older_kernels_give_a_socket(
 
 @pytest.mark.netns
 @root_only
-def test_too_little_option_memory_for_any_search_is_the_kernels_error(netns_name: str) -> None:
-    set_optmem_max(netns_name, 2048)
-    sock = open_netlink_socket(NETLINK_KOBJECT_UEVENT, netns=netns_name, groups=1)
+def test_too_little_option_memory_for_any_search_is_the_kernels_error(netns: str) -> None:
+    set_optmem_max(netns, 2048)
+    sock = open_netlink_socket(NETLINK_KOBJECT_UEVENT, netns=netns, groups=1)
     try:
         with pytest.raises(OSError) as refused:
             attach_uevent_filter(sock, tuple(RDMA))

@@ -1,10 +1,13 @@
-"""Waiting for a process started with `ip netns exec NS CMD` to be CMD inside NS (the
-kernel tests that name real namespaces): `ip` enters the namespace, then execs."""
+"""Real network namespaces for the kernel tests: a new one of a test's own, and waiting
+for a process started with `ip netns exec NS CMD` to be CMD inside NS (`ip` enters the
+namespace, then execs)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+import uuid
 from pathlib import Path
 
 
@@ -18,3 +21,10 @@ def wait_entered(pid: int, ns: str, comm: str = "sleep", timeout: float = 10.0) 
     ):
         assert time.monotonic() < deadline, f"ip netns exec did not run {comm} in {ns}"
         time.sleep(0.02)
+
+
+def new_netns() -> str:
+    """A new network namespace (``ip netns add``); the caller deletes it after."""
+    name = f"rdmad-t-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    return name

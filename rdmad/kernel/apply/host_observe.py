@@ -21,14 +21,14 @@ from typing import Protocol
 
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
-from rdmad.kernel.apply.observe import in_force, observe, observe_changed
+from rdmad.kernel.apply.observe import observe, observe_changed
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.devlink import Devlink, PfSeen
 from rdmad.kernel.netlink.rdma import RdmaNetlink
 from rdmad.kernel.netlink.rtnetlink import RtNetlink
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo, parse_link
 from rdmad.kernel.netlink.vf_apply import VfChangeResult
-from rdmad.kernel.pause import read_pause, read_pause_record
+from rdmad.kernel.pause import in_force, read_pause, read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.usage.holders import combine, representor_usage

@@ -28,7 +28,7 @@ from rdmad.kernel.managers import with_managers
 from rdmad.kernel.modules import ModuleProbe, Modules
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.openibd_dropin import observe_openibd
-from rdmad.kernel.pause import read_pause_record
+from rdmad.kernel.pause import in_force, read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, OnceReads, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
@@ -389,12 +389,6 @@ def _pf(
         ib_device=ib_device,
         driver_module=driver_module(sysfs, sysfs.device_dir(pci)) if fn.driver else None,
     )
-
-
-def in_force(record: PauseObserved | None) -> PauseObserved | None:
-    """Of the last pause written (``read_pause_record``), the pause in force: None when
-    there is none or it is over (as ``read_pause`` answers)."""
-    return record if record is not None and record.ended_why is None else None
 
 
 def _pause_record(

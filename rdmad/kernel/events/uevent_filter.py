@@ -140,28 +140,20 @@ def _first_nul(scan: int) -> list[Insn]:
         ]
     prog.append(Insn(RET_K, k=ACCEPT))  # no NUL within the span
     assert len(prog) == find
-    # X = the offset of the word that holds it: which of its bytes is the first zero.
-    prog += [
-        Insn(LD_B_IND, k=0),
-        Insn(JEQ_K, 13, 0, 0),  # -> at 0
-        Insn(LD_B_IND, k=1),
-        Insn(JEQ_K, 8, 0, 0),  # -> at 1
-        Insn(LD_B_IND, k=2),
-        Insn(JEQ_K, 3, 0, 0),  # -> at 2
-        Insn(TXA),  # at 3
-        Insn(ADD_K, k=3),
-        Insn(JA, k=7),
-        Insn(TXA),  # at 2
-        Insn(ADD_K, k=2),
-        Insn(JA, k=4),
-        Insn(TXA),  # at 1
-        Insn(ADD_K, k=1),
-        Insn(JA, k=1),
-        Insn(TXA),  # at 0
-        Insn(MUL_K, k=2),  # the NUL's offset n -> 2n + FIRST_KEYS
-        Insn(ADD_K, k=FIRST_KEYS),
-        Insn(TAX),
-    ]
+    # X = the offset of the word that holds it: which of its bytes is the first zero
+    # (A = X + that byte's place; none of the first three: the fourth).
+    per_byte = 5
+    for place in range(3):
+        prog += [
+            Insn(LD_B_IND, k=place),
+            Insn(JEQ_K, 0, 3, 0),  # not zero: the next byte
+            Insn(TXA),
+            Insn(ADD_K, k=place),
+            Insn(JA, k=per_byte * (2 - place) + 2),  # past the fourth's two
+        ]
+    prog += [Insn(TXA), Insn(ADD_K, k=3)]
+    # The NUL's offset n -> X = 2n + FIRST_KEYS.
+    prog += [Insn(MUL_K, k=2), Insn(ADD_K, k=FIRST_KEYS), Insn(TAX)]
     return prog
 
 
@@ -196,16 +188,21 @@ def attach_uevent_filter(sock: socket.socket, subsystems: Iterable[str]) -> int:
     ``SCANS`` that the socket's option memory takes; returns that span. OSError if the
     kernel refuses the shortest too, or refuses for another reason."""
     wanted = tuple(subsystems)
-    for scan in SCANS:
-        code = b"".join(i.pack() for i in uevent_program(wanted, scan))
-        buf = ctypes.create_string_buffer(code, len(code))
-        # struct sock_fprog: the count, then a pointer; the kernel copies the program.
-        fprog = struct.pack("HP", len(code) // 8, ctypes.addressof(buf))
+    for scan in SCANS[:-1]:
         try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+            _attach(sock, uevent_program(wanted, scan))
         except OSError as exc:
-            if exc.errno != errno.ENOMEM or scan == SCANS[-1]:
+            if exc.errno != errno.ENOMEM:
                 raise
             continue
         return scan
-    raise AssertionError("unreachable: the shortest span's refusal is raised")
+    _attach(sock, uevent_program(wanted, SCANS[-1]))
+    return SCANS[-1]
+
+
+def _attach(sock: socket.socket, prog: list[Insn]) -> None:
+    code = b"".join(i.pack() for i in prog)
+    buf = ctypes.create_string_buffer(code, len(code))
+    # struct sock_fprog: the count, then a pointer; the kernel copies the program.
+    fprog = struct.pack("HP", len(code) // 8, ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
