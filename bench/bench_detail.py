@@ -15,12 +15,13 @@ anyway). Prints a table and one JSON line.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -93,7 +94,7 @@ def node(drifted: bool) -> tuple[Desired, Observed]:
     pf = PfObserved(PF, "mlx5_core", "ens1f0", 5, None, None, VFS, VFS, vfs=observed_vfs)
     observed = Observed(
         netdevs=tuple(NetdevObserved(f"eth{i}", i + 2) for i in range(4)),
-        pfs=(dataclasses.replace(pf),),
+        pfs=(msgspec.structs.replace(pf),),
         rdma_links=tuple(RdmaLinkObserved(f"rxe{i}", "rxe", f"eth{i}") for i in range(4)),
         modules=ModulesObserved(frozenset({"rdma_rxe"})),
     )

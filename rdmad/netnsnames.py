@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 # ib_core's netns_mode parameter: the live mode, and (as an option) the mode ib_core
 # starts in. Its values as sysfs shows them (Y/N) and as modprobe.d gives them (1/0).
@@ -59,8 +58,7 @@ def _ns(root: Root, rel: str) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-@dataclass(frozen=True, slots=True)
-class OtherNamespaces:
+class OtherNamespaces(NamedTuple):
     labels: tuple[str, ...]  # one per namespace besides rdmad's, in a stable order
     unreadable: int = 0  # processes and /run/netns entries whose namespace was not readable
 

@@ -18,8 +18,7 @@ Pure and standard-library only: the daemon (through ``Sysfs``) and ``rdmad-ctl d
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 UNIT = "openibd.service"
 DROPIN_NAME = "rdmad-guard.conf"
@@ -61,8 +60,7 @@ class UnitReader(Protocol):
     def link_name(self, rel: str) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class UnitStop:
+class UnitStop(NamedTuple):
     """openibd.service's stop as its files say it. ``found``: the unit exists (and is
     not masked); ``commands``: its ExecStop= lines in order, None when they cannot be
     known (``why`` says so); ``files``: the files they were read from."""

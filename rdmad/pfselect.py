@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import NamedTuple
 
 KEYS = ("vendor", "device", "driver", "pci_path", "name")
 ID_KEYS = ("vendor", "device")
@@ -33,8 +33,7 @@ REPRESENTOR_PORT = re.compile(r"^(c\d+)?pf\d+((vf|sf)\d+)?$")
 Selector = Mapping[str, Sequence[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
     """What a selector asks about one SR-IOV PF: its PCI address (a netdevsim device's
     name for those), PCI vendor and device ID (None: not a PCI function), bound driver
     and own netdev (None: none)."""

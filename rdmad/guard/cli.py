@@ -60,7 +60,7 @@ from rdmad.kernel.pause import (
 )
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
-from rdmad.model.observed import PauseObserved, RdmaLinkObserved
+from rdmad.model.shared_observed import PauseObserved, RdmaLinkObserved
 from rdmad.text import safe, safe_lines
 
 DEFAULT_DEADLINE = 20.0  # a cold python under QEMU/TCG takes seconds; a real node, ~0.1 s
@@ -265,7 +265,7 @@ def _rdma_links(sysfs: Sysfs) -> tuple[list[RdmaLinkObserved], str | None]:
 
     from rdmad.kernel.errors import KernelError
     from rdmad.kernel.netlink.rdma import RdmaNetlink
-    from rdmad.model.observed import Usage, Use
+    from rdmad.model.shared_observed import Usage, Use
 
     async def read() -> list[RdmaLinkObserved]:
         nl = RdmaNetlink(root=sysfs.root)

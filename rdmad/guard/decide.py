@@ -31,7 +31,7 @@ from rdmad.kernel.usage.holders import (
     representor_usage,
     vf_usage,
 )
-from rdmad.model.observed import RdmaLinkObserved, Usage, Use
+from rdmad.model.shared_observed import RdmaLinkObserved, Usage, Use
 
 RXE_MODULE = "rdma_rxe"
 _FULL_PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")

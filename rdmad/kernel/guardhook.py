@@ -37,7 +37,7 @@ import sys
 from rdmad import openibd
 from rdmad.fileio import write_or_remove
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model.observed import GuardHookObserved
+from rdmad.model.shared_observed import GuardHookObserved
 
 HOOK_FILE = openibd.HOOK_FILE  # etc/modprobe.d/rdmad-guard.conf
 MODPROBE = "/sbin/modprobe"

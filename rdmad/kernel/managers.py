@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from dataclasses import replace
+
+from msgspec import structs
 
 from rdmad.kernel.sysfs import CLASS_NET, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
@@ -74,4 +75,4 @@ def pf_facts(sysfs: Sysfs, pf: PfObserved) -> PfFacts:
 def with_managers(sysfs: Sysfs, pfs: Sequence[PfObserved]) -> tuple[PfObserved, ...]:
     """The PFs, each with what other managers declare for it."""
     found = find(_Files(sysfs), [pf_facts(sysfs, pf) for pf in pfs])
-    return tuple(replace(pf, managers=found[pf.pci]) for pf in pfs)
+    return tuple(structs.replace(pf, managers=found[pf.pci]) for pf in pfs)

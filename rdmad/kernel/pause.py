@@ -33,7 +33,7 @@ from typing import Any
 
 from rdmad.fileio import write_atomic
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model.observed import PauseObserved
+from rdmad.model.shared_observed import PauseObserved
 
 PAUSE_FILE = "run/rdmad/pause.json"
 DEFAULT_PAUSE = 120.0  # an openibd restart or a driver reload takes seconds to a minute

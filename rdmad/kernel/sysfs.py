@@ -13,7 +13,7 @@ import errno
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rdmad.kernel.sysfs_files import SysfsFiles, Unreadable
 from rdmad.pfselect import own_netdev
@@ -33,8 +33,7 @@ CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
 
 
-@dataclass(frozen=True, slots=True)
-class PciFunction:
+class PciFunction(NamedTuple):
     pci: str
     driver: str | None
     driver_override: str | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class CannotRead(Exception):
@@ -39,8 +39,7 @@ class Match(enum.Enum):
     MAYBE = "maybe"  # cannot be told from what rdmad reads: counts as a match
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     match: Match
     why: str = ""  # for MAYBE: what could not be evaluated
 
@@ -58,8 +57,7 @@ YES = Verdict(Match.YES)
 NO = Verdict(Match.NO)
 
 
-@dataclass(frozen=True, slots=True)
-class PfFacts:
+class PfFacts(NamedTuple):
     """A PF as match rules see it. None: not known (no netdev, not read): a rule on it
     may match. ``udev``: the netdev's udev properties (ID_PATH, ID_NET_DRIVER,
     ID_NET_NAME_*...), None without a udev database entry."""
@@ -92,8 +90,7 @@ class PfFacts:
         return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """Another manager declares SR-IOV (a VF count or VF settings) for a PF.
 
     ``manager``: "systemd-udevd" (a .link file), "systemd-networkd" (a .network file),

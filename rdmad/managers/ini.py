@@ -9,15 +9,14 @@ declares, which the callers treat as "may apply"."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class ParseError(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     section: str
     key: str
     value: str

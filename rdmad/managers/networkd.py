@@ -20,7 +20,7 @@ credentials...) may hold: the file then counts as one that may apply, and says w
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rdmad.managers import ini
 from rdmad.managers.facts import NO, YES, Claim, Files, Match, PfFacts, Verdict, both
@@ -35,8 +35,7 @@ DIRS = (
 MANAGER = {".link": "systemd-udevd", ".network": "systemd-networkd"}
 
 
-@dataclass(frozen=True, slots=True)
-class NetFile:
+class NetFile(NamedTuple):
     """One .link or .network file as systemd reads it (with its drop-ins)."""
 
     name: str  # "10-pf.link"

@@ -107,9 +107,9 @@ if TYPE_CHECKING:
         parse_duration,
     )
 
-# Where each name lives. Submodules load on first use (PEP 562): the kernel layer and
-# the guard need only ``observed`` and must not pay for the config schema (``desired``,
-# ``values``, msgspec) in a decision that runs inside `modprobe -r`.
+# Where each name lives. Submodules load on first use (PEP 562): the kernel layer needs
+# only ``observed``, the guard only ``shared_observed``, which must not pay for msgspec
+# or the config schema (``desired``, ``values``) in a decision inside `modprobe -r`.
 _HOME = {
     "Action": "rdmad.model.actions",
     "AddRxe": "rdmad.model.actions",

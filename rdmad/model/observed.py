@@ -1,49 +1,60 @@
-"""What the kernel shows (frozen dataclasses filled by rdmad.kernel, read by the
-planner; cheap to build by the hundred), and what rdmad remembers between passes."""
+"""What the kernel shows (frozen msgspec Structs filled by rdmad.kernel, read by the
+planner; cheap to define at start-up and to build by the hundred), and what rdmad
+remembers between passes.
+
+What the driver guard reads too (``Usage``, ``RdmaLinkObserved``, ``PauseObserved``,
+the guard hook's ``GuardHookObserved`` and ``OpenibdObserved``) is
+in ``rdmad.model.shared_observed``, standard library dataclasses, re-exported here;
+``UnsupportedKey`` stays a dataclass for its field left out of comparisons."""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass, field
+
+import msgspec
 
 from rdmad.managers.facts import PfManagers
+
+# What the guard reads too: dataclasses, standard library only (see that module).
+from rdmad.model.shared_observed import (
+    FREE,
+    GuardHookObserved,
+    OpenibdObserved,
+    PauseObserved,
+    RdmaLinkObserved,
+    Usage,
+    Use,
+)
 from rdmad.modsupport import RXE, Support, cannot_load
 from rdmad.peermem.choice import Held, Mode
 from rdmad.peermem.facts import PeermemFacts
 
+__all__ = [
+    "FREE",
+    "EswitchObserved",
+    "GuardHookObserved",
+    "IbVfSettings",
+    "ModulesObserved",
+    "NetdevObserved",
+    "ObserveScope",
+    "Observed",
+    "OpenibdObserved",
+    "PauseObserved",
+    "PfObserved",
+    "PlanState",
+    "RdmaLinkObserved",
+    "RdmaSysObserved",
+    "UnsupportedKey",
+    "Usage",
+    "Use",
+    "VfObserved",
+    "VfSettings",
+]
+
 # --- observed state (what the kernel shows) --------------------------------------------
 
 
-class Use(enum.Enum):
-    """Whether something is in use. UNKNOWN counts as in use everywhere."""
-
-    FREE = "free"
-    IN_USE = "in-use"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    state: Use
-    holders: tuple[str, ...] = ()  # e.g. "pid 1234 (qemu-system-x86) holds /dev/vfio/42"
-
-    @property
-    def busy(self) -> bool:
-        return self.state is not Use.FREE
-
-    def describe(self) -> str:
-        if self.state is Use.FREE:
-            return "free"
-        if self.holders:
-            return "; ".join(self.holders)
-        return "owner unknown, treated as in use"
-
-
-FREE = Usage(Use.FREE)
-
-
-@dataclass(frozen=True, slots=True)
-class VfSettings:
+class VfSettings(msgspec.Struct, frozen=True):
     """VF attributes as rtnetlink reports them on the PF (IFLA_VFINFO_LIST).
 
     ``None`` in a field means the kernel did not report that attribute.
@@ -61,8 +72,7 @@ class VfSettings:
     query_rss: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class IbVfSettings:
+class IbVfSettings(msgspec.Struct, frozen=True):
     """InfiniBand VF identity from /sys/class/infiniband/DEV/device/sriov/N/."""
 
     node_guid: str | None = None
@@ -70,8 +80,7 @@ class IbVfSettings:
     policy: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class VfObserved:
+class VfObserved(msgspec.Struct, frozen=True):
     index: int
     pci: str | None  # None while the VF's PCI device has not appeared yet
     driver: str | None = None
@@ -96,8 +105,7 @@ class VfObserved:
         return "; ".join(parts) if parts else "free"
 
 
-@dataclass(frozen=True, slots=True)
-class EswitchObserved:
+class EswitchObserved(msgspec.Struct, frozen=True):
     """A PF's eSwitch as devlink shows it (``devlink dev eswitch show``).
 
     ``mode`` is None when the PF has no eSwitch (``absent`` says why: no devlink
@@ -111,8 +119,7 @@ class EswitchObserved:
     unread: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PfObserved:
+class PfObserved(msgspec.Struct, frozen=True):
     pci: str
     driver: str | None
     netdev: str | None
@@ -148,8 +155,7 @@ class PfObserved:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class NetdevObserved:
+class NetdevObserved(msgspec.Struct, frozen=True):
     name: str
     ifindex: int
     mac: str | None = None
@@ -158,30 +164,7 @@ class NetdevObserved:
     up: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RdmaLinkObserved:
-    """An RDMA device (port 1) and the netdev it is bound to.
-
-    ``port_state``: port 1's state as the kernel names it ("ACTIVE", "DOWN", "INIT", ...),
-    None when not read. ``gids``: the valid GIDs of port 1 (sysfs notation), None when
-    not read; what RoCE traffic and rdma_cm can address the device by.
-    """
-
-    name: str
-    driver: str | None  # "rxe", "mlx5_core", ... (kernel driver of the ib device)
-    netdev: str | None
-    netdev_ifindex: int | None = None
-    usage: Usage = FREE
-    port_state: str | None = None
-    gids: tuple[str, ...] | None = None
-
-    @property
-    def is_rxe(self) -> bool:
-        return self.driver == "rxe"
-
-
-@dataclass(frozen=True, slots=True)
-class ObserveScope:
+class ObserveScope(msgspec.Struct, frozen=True):
     """What a plan on the declaration asks of the costly sources, so that an observation
     reads those for it only (``rdmad.reconcile.observe_scope`` makes it from ``Desired``).
 
@@ -197,15 +180,13 @@ class ObserveScope:
     peermem: Mode = "require"
 
 
-@dataclass(frozen=True, slots=True)
-class ModulesObserved:
+class ModulesObserved(msgspec.Struct, frozen=True):
     loaded: frozenset[str] = frozenset()
-    _: KW_ONLY
     # "loadable"; "disabled": /proc/sys/kernel/modules_disabled = 1 (until reboot);
     # "none": built without CONFIG_MODULES (rdmad.modsupport)
     support: Support = "loadable"
     # GPUDirect peer memory: what decides whether and which module to load (rdmad.peermem).
-    peermem: PeermemFacts = field(default_factory=PeermemFacts)
+    peermem: PeermemFacts = msgspec.field(default_factory=PeermemFacts)
     # Of the modules rdmad may load (rdma_rxe): those compiled into the kernel (nothing to
     # load, nothing to guard), and why one that is not in the kernel cannot be loaded.
     builtin: frozenset[str] = frozenset()
@@ -227,54 +208,7 @@ class ModulesObserved:
         return why if why is not None else cannot_load(module, self.support, "unknown")
 
 
-@dataclass(frozen=True, slots=True)
-class OpenibdObserved:
-    """MOFED/DOCA's openibd.service and rdmad's drop-in for it (rdmad.openibd).
-
-    ``unit``: the unit exists (not masked). ``unknown``: why its own ExecStop= cannot be
-    read ("" when it can). ``dropin``: rdmad's drop-in is absent, reads as this rdmad
-    would write it from the unit's files now (current), or not (stale)."""
-
-    unit: bool = False
-    unknown: str = ""
-    dropin: str = "absent"  # absent | current | stale
-
-
-@dataclass(frozen=True, slots=True)
-class GuardHookObserved:
-    """rdmad's modprobe.d guard file: which modules it guards, and whether its text is
-    what this rdmad would write (False: another version's command, or edited by hand);
-    and openibd.service's drop-in, which goes with it."""
-
-    modules: frozenset[str] = frozenset()
-    current: bool = True
-    present: bool = False
-    openibd: OpenibdObserved = field(default_factory=OpenibdObserved)
-
-
-@dataclass(frozen=True, slots=True)
-class PauseObserved:
-    """A guarded stop in progress: rdmad loads no module and creates no rxe link until
-    ``until`` (UNIX time) or until one of ``modules`` is loaded again."""
-
-    by: str  # who asked: "modprobe -r igb (pid 812, uid 0)", "rdmad-ctl pause (uid 0)"
-    reason: str
-    since: float
-    until: float
-    modules: tuple[str, ...] = ()
-    # Set once it is over: when, and why ("it ran out", "ib_core is loaded again", ...).
-    ended_at: float | None = None
-    ended_why: str | None = None
-
-    def describe(self) -> str:
-        back = f" or until {' or '.join(self.modules)} is loaded again" if self.modules else ""
-        return (
-            f"paused by {self.by} ({self.reason}) for at most {self.until - self.since:.0f} s{back}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RdmaSysObserved:
+class RdmaSysObserved(msgspec.Struct, frozen=True):
     """The RDMA subsystem's network-namespace mode (rdmad.kernel.ibcore).
 
     ``netns_mode``: "shared" or "exclusive" now; None while ib_core is not loaded.
@@ -293,12 +227,11 @@ class RdmaSysObserved:
     namespaces_unknown: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Observed:
+class Observed(msgspec.Struct, frozen=True):
     netdevs: tuple[NetdevObserved, ...] = ()
     pfs: tuple[PfObserved, ...] = ()  # every SR-IOV capable PCI function
     rdma_links: tuple[RdmaLinkObserved, ...] = ()
-    modules: ModulesObserved = field(default_factory=ModulesObserved)
+    modules: ModulesObserved = msgspec.field(default_factory=ModulesObserved)
     # False only when the kernel is known to have no NETLINK_RDMA: rxe can never work there.
     rdma_netlink: bool = True
     notes: tuple[str, ...] = ()  # what could not be read, in words
@@ -329,8 +262,7 @@ class Observed:
 # --- state kept between passes ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PlanState:
+class PlanState(msgspec.Struct, frozen=True):
     """What rdmad remembers that the kernel does not tell: what it created.
 
     Losing it is safe: rdmad then owns nothing and removes nothing.

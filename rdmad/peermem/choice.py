@@ -9,7 +9,7 @@ thing about the same node. Never unloads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rdmad.peermem.facts import PeermemFacts
 from rdmad.peermem.findings import Finding, dmabuf_finding, preflight
@@ -28,8 +28,7 @@ class Held:
     fingerprint: tuple[object, ...] = field(compare=False, default=())
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     verdict: Verdict
     module: str | None  # the canonical module that applies (to load, or loaded)
     reason: str

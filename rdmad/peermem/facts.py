@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from rdmad.peermem.names import (
     CANDIDATES,
@@ -42,8 +42,7 @@ class Reader(Protocol):
     def read_bytes(self, rel: str) -> bytes | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleFile:
+class ModuleFile(NamedTuple):
     """A peer-memory module installed for the running kernel."""
 
     name: str  # canonical

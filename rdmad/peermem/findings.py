@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rdmad.peermem.facts import PeermemFacts, kernel_version, kmsg_text
 from rdmad.peermem.names import (
@@ -31,8 +30,7 @@ from rdmad.peermem.names import (
 Severity = Literal["info", "warning", "blocking"]
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):
     """A named diagnosis: what was seen (evidence) and what to do (suggestion).
 
     ``lasting``: it cannot change until something else changes (a module event, a

@@ -16,9 +16,9 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace  # for Observed, a dataclass (the guard reads it)
 
 import msgspec
+from msgspec import structs
 
 from rdmad.model import Action, AddRxe, Desired, NetdevObserved, Observed, PlanState
 
@@ -78,12 +78,12 @@ def anticipate(
         link = observed.rdma_link(spec.name)
         if link is None and observed.netdev(netdev) is None:
             came = NetdevObserved(name=netdev, ifindex=0)
-            after = replace(observed, netdevs=(*observed.netdevs, came))
+            after = structs.replace(observed, netdevs=(*observed.netdevs, came))
             target = on_netdev
             key = netdev
         elif link is not None and link.is_rxe and link.netdev == netdev:
             links = tuple(r for r in observed.rdma_links if r.name != spec.name)
-            after = replace(observed, rdma_links=links)
+            after = structs.replace(observed, rdma_links=links)
             target = on_removed
             key = spec.name
         else:

@@ -5,7 +5,6 @@ attributes remembered), VF drivers and InfiniBand identities (re-bound only when
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
 
 from rdmad.model import (
     NO_DRIVER,
@@ -40,7 +39,7 @@ from rdmad.reconcile.resolve import SriovTarget, find_pf
 PF_UP_DRIVERS = frozenset({"bnxt_en"})
 
 # VfSpec attributes that travel in rtnetlink IFLA_VFINFO_LIST, in VfSettings order.
-NETLINK_ATTRS: tuple[str, ...] = tuple(f.name for f in fields(VfSettings))
+NETLINK_ATTRS: tuple[str, ...] = VfSettings.__struct_fields__
 IB_ATTRS: tuple[str, ...] = ("node_guid", "port_guid", "policy")
 DEFAULT_VLAN_PROTO = "802.1Q"
 

@@ -6,7 +6,6 @@ records the harm it would do)."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 
 import msgspec
@@ -16,6 +15,7 @@ from rdmad.model import Action, Desired, EswitchObserved, SetEswitch, Usage, Use
 from rdmad.model.validation import validate
 from tests.agent.conftest import FakeResult, FakeWrite, RigFactory
 from tests.agent.test_safety import PF, SimHost, igb_like
+from tests.support.records import replace
 from tests.support.simkernel import SimKernel
 
 
@@ -42,8 +42,8 @@ class EswitchHost(SimHost):
 
 def node(numvfs: int) -> SimKernel:
     o = igb_like(numvfs)
-    pf = dataclasses.replace(o.pfs[0], driver="ice", eswitch=EswitchObserved("legacy", "none"))
-    return SimKernel(dataclasses.replace(o, pfs=(pf,)))
+    pf = replace(o.pfs[0], driver="ice", eswitch=EswitchObserved("legacy", "none"))
+    return SimKernel(replace(o, pfs=(pf,)))
 
 
 def declared(numvfs: int) -> Desired:
@@ -96,12 +96,12 @@ async def test_no_mode_change_under_a_vf_or_representor_in_use(rig: RigFactory, 
     pf = kernel.observed.pfs[0]
     user = Usage(Use.IN_USE, ("pid 77 (qemu-system-x86) holds /dev/vfio/12",))
     if held == "vf":
-        vf1 = dataclasses.replace(pf.vfs[1], usage=user)
+        vf1 = replace(pf.vfs[1], usage=user)
     else:
         user = Usage(Use.IN_USE, ("representor eth_rep1 is a port of ovs-system",))
-        vf1 = dataclasses.replace(pf.vfs[1], representor="eth_rep1", representor_usage=user)
-    pf = dataclasses.replace(pf, vfs=(pf.vfs[0], vf1))
-    kernel.observed = dataclasses.replace(kernel.observed, pfs=(pf,))
+        vf1 = replace(pf.vfs[1], representor="eth_rep1", representor_usage=user)
+    pf = replace(pf, vfs=(pf.vfs[0], vf1))
+    kernel.observed = replace(kernel.observed, pfs=(pf,))
     host = EswitchHost(kernel)
     r = rig(declared(2), host=host, startup_timeout=1000.0)
     await r.start()

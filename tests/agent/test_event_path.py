@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rdmad.agent import Agent
 from rdmad.agent.applying import MAX_REDONE, MODULE_SETTLE
@@ -23,6 +23,7 @@ from rdmad.model import (
 )
 from rdmad.triggers import Trigger
 from tests.agent.test_safety import PF, SimHost, igb_like, sriov
+from tests.support.records import replace
 from tests.support.simkernel import SimKernel
 
 from .conftest import FakeHost, FakeResult, RigFactory, desired, spin, until

@@ -3,7 +3,7 @@ asked, for how long, why it ended; told once, across a restart too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rdmad.model import Observed
@@ -11,6 +11,7 @@ from rdmad.model.observed import PauseObserved
 from rdmad.status import HistoryEntry
 from rdmad.triggers import Trigger
 from tests.agent.conftest import FakeHost, Rig, RigFactory, desired
+from tests.support.records import replace
 
 BY = "`modprobe -r igb` (pid 812 (modprobe), uid 0)"
 

@@ -6,7 +6,6 @@ A ``SimHost`` drives the agent over the simulated kernel of the planner tests
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from rdmad.model import (
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from tests.agent.conftest import FakeHost, FakeResult, FakeWrite, RigFactory, desired, until
+from tests.support.records import replace
 from tests.support.simkernel import SimError, SimKernel, make_vfs
 
 PF = "0000:01:00.0"
@@ -48,7 +48,7 @@ def igb_like(numvfs: int) -> Observed:
     )
     return Observed(
         netdevs=(NetdevObserved("enp1s0", 3),),
-        pfs=(dataclasses.replace(pf, vfs=make_vfs(pf, numvfs)),),
+        pfs=(replace(pf, vfs=make_vfs(pf, numvfs)),),
     )
 
 
@@ -161,8 +161,8 @@ async def test_drift_on_an_in_use_vf_is_logged_once_and_left_alone(rig: RigFacto
     o = igb_like(2)
     pf = o.pfs[0]
     held = Usage(Use.IN_USE, ("pid 77 (qemu-system-x86) holds /dev/vfio/12",))
-    vfs = (pf.vfs[0], dataclasses.replace(pf.vfs[1], usage=held))
-    host = SimHost(SimKernel(dataclasses.replace(o, pfs=(dataclasses.replace(pf, vfs=vfs),))))
+    vfs = (pf.vfs[0], replace(pf.vfs[1], usage=held))
+    host = SimHost(SimKernel(replace(o, pfs=(replace(pf, vfs=vfs),))))
     d = sriov(2, {"index": 1, "mac": "02:00:00:00:00:07"}, drift_interval="1m")
     with capture_logs() as logs:
         r = await rig(d, host=host).start()

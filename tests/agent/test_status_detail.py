@@ -3,7 +3,6 @@ detail, the last change applied and the errno of the last failure."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from rdmad.model import Desired, ObjectState, Observed, PfObserved, Usage, Use
 from rdmad.model.validation import validate
 from rdmad.status import ObjectReport
+from tests.support.records import replace
 from tests.support.simkernel import make_vfs
 
 from .conftest import FakeHost, RigFactory, desired
@@ -27,7 +27,7 @@ class SriovHost(FakeHost):
 
     async def observe(self) -> Observed:
         base = await super().observe()
-        return dataclasses.replace(base, pfs=(self.pf,) if self.pf is not None else ())
+        return replace(base, pfs=(self.pf,) if self.pf is not None else ())
 
 
 def pf_with(numvfs: int, held: int | None = None) -> PfObserved:
@@ -35,10 +35,9 @@ def pf_with(numvfs: int, held: int | None = None) -> PfObserved:
     vfs = make_vfs(base, numvfs)
     if held is not None:
         vfs = tuple(
-            dataclasses.replace(v, usage=Usage(Use.IN_USE, (HOLDER,))) if v.index == held else v
-            for v in vfs
+            replace(v, usage=Usage(Use.IN_USE, (HOLDER,))) if v.index == held else v for v in vfs
         )
-    return dataclasses.replace(base, vfs=vfs)
+    return replace(base, vfs=vfs)
 
 
 def report(reports: tuple[ObjectReport, ...], obj: str) -> ObjectReport:

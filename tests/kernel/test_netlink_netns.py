@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 import pytest
 
@@ -28,6 +27,7 @@ from rdmad.model import NetdevObserved, Observed, VfChange, VfSettings
 from rdmad.triggers import TriggerQueue
 from tests.support.fakeclock import FakeClock
 from tests.support.netns import new_netns
+from tests.support.records import replace
 
 pytestmark = [
     pytest.mark.netns,

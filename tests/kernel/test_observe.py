@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -24,6 +23,7 @@ from rdmad.model import (
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from tests.support.fakesysfs import IGB_PF, MLX5_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
+from tests.support.records import replace
 
 
 def test_demo_tree_from_sysfs_alone(tmp_path: Path) -> None:

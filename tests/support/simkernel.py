@@ -8,7 +8,6 @@ while it was in use, so property tests can assert that never happens.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 
 from rdmad.model import (
@@ -30,6 +29,7 @@ from rdmad.model import (
     VfObserved,
     VfSettings,
 )
+from tests.support.records import replace
 
 ZERO_GUID = "00:00:00:00:00:00:00:00"
 
@@ -38,7 +38,7 @@ def _eswitch(pf: PfObserved, action: SetEswitch) -> PfObserved:
     if pf.eswitch is None or pf.eswitch.mode is None:
         raise SimError(errno.EOPNOTSUPP, f"{pf.pci} has no eSwitch")
     now = {option: new for option, _, new in action.changes}
-    return dataclasses.replace(pf, eswitch=dataclasses.replace(pf.eswitch, **now))
+    return replace(pf, eswitch=replace(pf.eswitch, **now))
 
 
 class SimError(Exception):
@@ -73,10 +73,10 @@ class SimKernel:
                 )
             self._replace_pf(action.pci, lambda pf: _eswitch(pf, action))
         elif isinstance(action, SetLinkUp):
-            self.observed = dataclasses.replace(
+            self.observed = replace(
                 o,
                 pfs=tuple(
-                    dataclasses.replace(pf, operstate_up=True) if pf.netdev == action.netdev else pf
+                    replace(pf, operstate_up=True) if pf.netdev == action.netdev else pf
                     for pf in o.pfs
                 ),
             )
@@ -99,13 +99,13 @@ class SimKernel:
                 for v in pf.vfs
                 if v.pci == action.vf_pci and v.usage.busy
             )
-            self.observed = dataclasses.replace(
+            self.observed = replace(
                 o,
                 pfs=tuple(
-                    dataclasses.replace(
+                    replace(
                         pf,
                         vfs=tuple(
-                            dataclasses.replace(
+                            replace(
                                 v,
                                 driver=None if action.new == NO_DRIVER else action.new,
                                 driver_override=action.new,
@@ -119,9 +119,9 @@ class SimKernel:
                 ),
             )
         elif isinstance(action, LoadModule):
-            self.observed = dataclasses.replace(
+            self.observed = replace(
                 o,
-                modules=dataclasses.replace(o.modules, loaded=o.modules.loaded | {action.module}),
+                modules=replace(o.modules, loaded=o.modules.loaded | {action.module}),
             )
         elif isinstance(action, AddRxe):
             if o.rdma_link(action.name) is not None:
@@ -133,14 +133,14 @@ class SimKernel:
             if "rdma_rxe" not in o.modules.loaded:
                 raise SimError(errno.EOPNOTSUPP, "rdma_rxe not loaded")
             link = RdmaLinkObserved(action.name, "rxe", action.netdev)
-            self.observed = dataclasses.replace(o, rdma_links=(*o.rdma_links, link))
+            self.observed = replace(o, rdma_links=(*o.rdma_links, link))
         elif isinstance(action, DeleteRxe):
             link = o.rdma_link(action.name)
             if link is None:
                 raise SimError(errno.ENODEV, action.name)
             if link.usage.busy:
                 self.hurt.append(f"rxe {action.name}")
-            self.observed = dataclasses.replace(
+            self.observed = replace(
                 o, rdma_links=tuple(r for r in o.rdma_links if r.name != action.name)
             )
         else:
@@ -157,7 +157,7 @@ class SimKernel:
             pfs.append(pf)
         if not found:
             raise SimError(errno.ENODEV, pci)
-        self.observed = dataclasses.replace(self.observed, pfs=tuple(pfs))
+        self.observed = replace(self.observed, pfs=tuple(pfs))
 
     def _numvfs(self, pf: PfObserved, action: SetNumVfs) -> PfObserved:
         if pf.driver == "bnxt_en" and pf.operstate_up is False and action.new:
@@ -167,7 +167,7 @@ class SimKernel:
         if pf.numvfs != 0 and action.new != 0:
             raise SimError(errno.EBUSY, f"{pf.pci} has {pf.numvfs} VFs")
         self.hurt.extend(f"{pf.pci} VF {v.index}" for v in pf.vfs if v.vport_busy)
-        return dataclasses.replace(pf, numvfs=action.new, vfs=make_vfs(pf, action.new))
+        return replace(pf, numvfs=action.new, vfs=make_vfs(pf, action.new))
 
 
 def make_vfs(pf: PfObserved, count: int) -> tuple[VfObserved, ...]:
@@ -202,9 +202,9 @@ def _settings(pf: PfObserved, action: SetVfSettings) -> PfObserved:
     for change in action.changes:
         vf = next(v for v in vfs if v.index == change.vf)
         assert vf.settings is not None
-        new = dataclasses.replace(vf.settings, **{change.attr: change.new})
-        vfs[vfs.index(vf)] = dataclasses.replace(vf, settings=new)
-    return dataclasses.replace(pf, vfs=tuple(vfs))
+        new = replace(vf.settings, **{change.attr: change.new})
+        vfs[vfs.index(vf)] = replace(vf, settings=new)
+    return replace(pf, vfs=tuple(vfs))
 
 
 def _ib(pf: PfObserved, action: SetIbVf, hurt: list[str]) -> PfObserved:
@@ -216,6 +216,6 @@ def _ib(pf: PfObserved, action: SetIbVf, hurt: list[str]) -> PfObserved:
     elif vf.usage.busy:
         # A policy "Down" takes the port of the VM using the VF down.
         hurt.append(f"{vf.pci} InfiniBand policy rewritten while in use")
-    new = dataclasses.replace(vf.ib, **{c.attr: c.new for c in action.changes})
-    vfs[vfs.index(vf)] = dataclasses.replace(vf, ib=new)
-    return dataclasses.replace(pf, vfs=tuple(vfs))
+    new = replace(vf.ib, **{c.attr: c.new for c in action.changes})
+    vfs[vfs.index(vf)] = replace(vf, ib=new)
+    return replace(pf, vfs=tuple(vfs))

@@ -3,7 +3,6 @@ attribute shows for a node and its plan, then properties over generated nodes.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -24,6 +23,7 @@ from rdmad.model import (
 )
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail import Describer, describe
+from tests.support.records import replace
 from tests.unit.test_reconcile import HELD, PF, converge, desired, node, pf, scenarios, sriov
 
 OBJ = f"sriov pci={PF}"
@@ -42,17 +42,17 @@ def flat(detail: ObjectDetail) -> dict[str, str]:
 def with_settings(p: PfObserved, index: int, **values: Any) -> PfObserved:
     """``p`` with some settings of VF ``index`` changed (as if set by hand)."""
     vfs = tuple(
-        dataclasses.replace(v, settings=dataclasses.replace(v.settings or VfSettings(), **values))
+        replace(v, settings=replace(v.settings or VfSettings(), **values))
         if v.index == index
         else v
         for v in p.vfs
     )
-    return dataclasses.replace(p, vfs=vfs)
+    return replace(p, vfs=vfs)
 
 
 def with_usage(p: PfObserved, index: int, usage: Usage) -> PfObserved:
-    vfs = tuple(dataclasses.replace(v, usage=usage) if v.index == index else v for v in p.vfs)
-    return dataclasses.replace(p, vfs=vfs)
+    vfs = tuple(replace(v, usage=usage) if v.index == index else v for v in p.vfs)
+    return replace(p, vfs=vfs)
 
 
 MAC1, MAC2 = "02:00:00:00:00:01", "02:00:00:00:00:02"

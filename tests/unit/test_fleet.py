@@ -3,7 +3,6 @@ two declarations of one PF apart (rdmad.reconcile.resolve, rdmad.reconcile.macs)
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -36,6 +35,7 @@ from rdmad.reconcile.macs import derive_mac
 from rdmad.reconcile.resolve import resolve
 from rdmad.tomlcompat import tomllib
 from tests.support.fakesysfs import FakeSysfs
+from tests.support.records import replace
 from tests.support.simkernel import make_vfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def pf(
         device=device,
         driver_module=driver,
     )
-    return dataclasses.replace(base, vfs=make_vfs(base, numvfs))
+    return replace(base, vfs=make_vfs(base, numvfs))
 
 
 # A node with mixed vendors: two ConnectX-5 ports, an E810, an igb, a netdevsim device.
@@ -137,9 +137,7 @@ def test_a_selector_that_matches_nothing_is_converged_with_a_note() -> None:
 
 def test_each_matched_pf_is_planned_as_its_own_object() -> None:
     d = desired({"select": {"vendor": "15b3"}, "numvfs": 4})
-    obs = node(
-        dataclasses.replace(CX5_0, numvfs=0, vfs=()), dataclasses.replace(CX5_1, numvfs=0, vfs=())
-    )
+    obs = node(replace(CX5_0, numvfs=0, vfs=()), replace(CX5_1, numvfs=0, vfs=()))
     actions = plan(d, obs, PlanState())
     writes = [(a.obj, a.pci, a.new) for a in actions if isinstance(a, SetNumVfs)]
     assert writes == [
@@ -349,7 +347,7 @@ def fleet_file(derive: str) -> Desired:
 
 @pytest.mark.parametrize("derive", ["pf-mac", "machine-id"])
 def test_derived_macs_are_stable_unique_unicast_and_local(derive: str) -> None:
-    obs = node(CX5_0, CX5_1, dataclasses.replace(E810, totalvfs=16))
+    obs = node(CX5_0, CX5_1, replace(E810, totalvfs=16))
     first = resolve(fleet_file(derive), obs)
     again = resolve(fleet_file(derive), obs)  # another pass, a reboot: the same inputs
     macs = [v.mac for t in first.targets for v in t.vfs]
@@ -362,7 +360,7 @@ def test_derived_macs_are_stable_unique_unicast_and_local(derive: str) -> None:
 
 
 def test_pf_mac_follows_the_card_and_machine_id_follows_the_node() -> None:
-    moved = dataclasses.replace(CX5_0, pci="0000:af:00.0")  # the card in another slot
+    moved = replace(CX5_0, pci="0000:af:00.0")  # the card in another slot
     by_card = [resolve(fleet_file("pf-mac"), node(p)).targets[0].vfs[3].mac for p in (CX5_0, moved)]
     assert by_card[0] == by_card[1]
     by_node = [
@@ -390,11 +388,10 @@ def test_plan_status_and_detail_show_the_derived_mac_as_an_address() -> None:
     assert [(a.name, a.desired) for a in vf2.attributes] == [("mac", want)]
     # Once set, the VF reads as declared: converged.
     done = node(
-        dataclasses.replace(
+        replace(
             E810,
             vfs=tuple(
-                dataclasses.replace(v, settings=VfSettings(mac=want)) if v.index == 2 else v
-                for v in E810.vfs
+                replace(v, settings=VfSettings(mac=want)) if v.index == 2 else v for v in E810.vfs
             ),
         )
     )
@@ -409,8 +406,8 @@ def test_a_pf_without_a_permanent_mac_blocks_only_the_vfs_that_derive_from_it() 
             "vf": [{"index": 0, "mac": {"derive": "pf-mac"}, "vlan": 5}, {"index": 1, "vlan": 6}],
         }
     )
-    nsim = dataclasses.replace(NSIM, perm_mac="00:00:00:00:00:00", numvfs=2)
-    nsim = dataclasses.replace(nsim, vfs=make_vfs(nsim, 2))
+    nsim = replace(NSIM, perm_mac="00:00:00:00:00:00", numvfs=2)
+    nsim = replace(nsim, vfs=make_vfs(nsim, 2))
     actions = plan(d, node(nsim), PlanState())
     [blocked] = [a for a in actions if isinstance(a, Blocked)]
     assert blocked.vfs == (0,) and "does not report" in blocked.reason
@@ -426,7 +423,7 @@ def test_no_machine_id_blocks_the_vfs_that_derive_from_it() -> None:
 
 
 def test_two_pfs_that_share_a_permanent_mac_are_refused_naming_both_vfs() -> None:
-    twin = dataclasses.replace(CX5_1, perm_mac=CX5_0.perm_mac)
+    twin = replace(CX5_1, perm_mac=CX5_0.perm_mac)
     d = desired(
         {
             "select": {"vendor": "15b3"},

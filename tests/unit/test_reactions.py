@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +18,7 @@ from rdmad.model import (
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.reactions import NONE, Reactions, anticipate
+from tests.support.records import replace
 
 RXE = ModulesObserved(frozenset({"rdma_rxe"}))
 

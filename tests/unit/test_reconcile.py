@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,6 +36,7 @@ from rdmad.model import (
 )
 from rdmad.model.validation import validate
 from rdmad.reconcile import declared_objects, plan
+from tests.support.records import replace
 from tests.support.simkernel import SimKernel, make_vfs
 
 PF = "0000:3b:00.0"
@@ -70,8 +70,8 @@ def pf(
     )
     vfs = make_vfs(base, numvfs)
     if usage:
-        vfs = tuple(dataclasses.replace(v, usage=usage.get(v.index, v.usage)) for v in vfs)
-    return dataclasses.replace(base, vfs=vfs)
+        vfs = tuple(replace(v, usage=usage.get(v.index, v.usage)) for v in vfs)
+    return replace(base, vfs=vfs)
 
 
 def node(
@@ -130,7 +130,7 @@ def test_count_change_blocked_while_a_vf_is_used(usage: Usage) -> None:
 
 def test_count_change_blocked_when_some_vfs_are_invisible() -> None:
     p = pf(numvfs=4)
-    p = dataclasses.replace(p, vfs=p.vfs[:2])
+    p = replace(p, vfs=p.vfs[:2])
     [a] = plan(desired(sriov=[sriov(2)]), node(p), PlanState())
     assert isinstance(a, Blocked) and "unknown" in a.reason
 
@@ -141,19 +141,19 @@ def test_numvfs_above_totalvfs_is_blocked() -> None:
 
 
 def test_pf_brought_up_first_for_drivers_that_need_it() -> None:
-    p = dataclasses.replace(pf(numvfs=0), driver="bnxt_en", operstate_up=False)
+    p = replace(pf(numvfs=0), driver="bnxt_en", operstate_up=False)
     actions = plan(desired(sriov=[sriov(4)]), node(p), PlanState())
     assert [type(a) for a in actions] == [SetLinkUp, SetNumVfs]
     assert actions[0].describe() == "ip link set ens1f0 up"
     # Up already, or a driver that does not need it: the count alone.
-    for other in (dataclasses.replace(p, operstate_up=True), dataclasses.replace(p, driver="ice")):
+    for other in (replace(p, operstate_up=True), replace(p, driver="ice")):
         assert [type(a) for a in plan(desired(sriov=[sriov(4)]), node(other), PlanState())] == [
             SetNumVfs
         ]
 
 
 def test_pf_without_driver_waits_for_it() -> None:
-    p = dataclasses.replace(pf(numvfs=0), driver=None)
+    p = replace(pf(numvfs=0), driver=None)
     [a] = plan(desired(sriov=[sriov(4)]), node(p), PlanState())
     assert isinstance(a, Waiting) and "no driver bound" in a.reason
 
@@ -253,16 +253,16 @@ def test_vf_settings_batched_per_pf() -> None:
 
 def test_vf_not_appeared_yet_waits() -> None:
     p = pf(numvfs=4)
-    p = dataclasses.replace(p, vfs=p.vfs[:1])
+    p = replace(p, vfs=p.vfs[:1])
     [a] = plan(desired(sriov=[sriov(4, {"index": 3, "trust": True})]), node(p), PlanState())
     assert isinstance(a, Waiting) and "VF 3" in a.reason
 
 
 def test_unreadable_settings_wait_not_guess() -> None:
     p = pf(numvfs=2)
-    p = dataclasses.replace(
+    p = replace(
         p,
-        vfs=tuple(dataclasses.replace(v, settings=None) for v in p.vfs),
+        vfs=tuple(replace(v, settings=None) for v in p.vfs),
         settings_note="the kernel's VF list is truncated",
     )
     [a] = plan(desired(sriov=[sriov(2, {"index": 1, "trust": True})]), node(p), PlanState())
@@ -462,7 +462,7 @@ def test_stale_rxe_freeing_the_netdev_allows_declared_one() -> None:
 
 
 def test_no_rdma_netlink_blocks_rxe() -> None:
-    o = dataclasses.replace(node(), rdma_netlink=False)
+    o = replace(node(), rdma_netlink=False)
     [a] = plan(desired(rxe=[RXE]), o, PlanState())
     assert isinstance(a, Blocked) and "NETLINK_RDMA" in a.reason
 
@@ -477,11 +477,9 @@ def test_vlan_without_protocol_means_802_1q(current: str | None, planned: bool) 
     p = pf(numvfs=1)
     vf0 = p.vfs[0]
     assert vf0.settings is not None
-    vf0 = dataclasses.replace(
-        vf0, settings=dataclasses.replace(vf0.settings, vlan=100, vlan_proto=current)
-    )
+    vf0 = replace(vf0, settings=replace(vf0.settings, vlan=100, vlan_proto=current))
     d = desired(sriov=[sriov(1, {"index": 0, "vlan": 100})])
-    actions = plan(d, node(dataclasses.replace(p, vfs=(vf0,))), PlanState())
+    actions = plan(d, node(replace(p, vfs=(vf0,))), PlanState())
     changes = [c for a in actions if isinstance(a, SetVfSettings) for c in a.changes]
     if planned:
         assert [(c.attr, c.old, c.new) for c in changes] == [("vlan_proto", current, "802.1Q")]
@@ -493,13 +491,13 @@ def test_no_vlan_leaves_an_unknown_protocol_alone() -> None:
     p = pf(numvfs=1)
     vf0 = p.vfs[0]
     assert vf0.settings is not None
-    fresh = dataclasses.replace(vf0.settings, vlan=0, vlan_proto="0x0000")  # netdevsim
-    o = node(dataclasses.replace(p, vfs=(dataclasses.replace(vf0, settings=fresh),)))
+    fresh = replace(vf0.settings, vlan=0, vlan_proto="0x0000")  # netdevsim
+    o = node(replace(p, vfs=(replace(vf0, settings=fresh),)))
     assert plan(desired(sriov=[sriov(1, {"index": 0, "vlan": 0})]), o, PlanState()) == []
 
 
 def test_pf_matched_by_mac_of_two_pfs_is_blocked() -> None:
-    other = dataclasses.replace(pf(), pci="0000:3b:00.1", netdev="ens1f1")
+    other = replace(pf(), pci="0000:3b:00.1", netdev="ens1f1")
     d = desired(sriov=[sriov(2, ref={"mac": "52:54:00:00:00:01"})])
     [a] = plan(d, node(pf(), other), PlanState())
     assert isinstance(a, Blocked) and "matches several PFs" in a.reason
@@ -575,15 +573,15 @@ def test_vf_declared_unbound_is_unbound_and_kept_so() -> None:
     assert isinstance(a, BindVfDriver) and a.new == "none" and a.old == "vfdrv"
     assert a.load_module is False and "unbound" in a.reason
     kept = pf(numvfs=2)
-    vf0 = dataclasses.replace(kept.vfs[0], driver=None, driver_override="none")
-    kept = dataclasses.replace(kept, vfs=(vf0, kept.vfs[1]))
+    vf0 = replace(kept.vfs[0], driver=None, driver_override="none")
+    kept = replace(kept, vfs=(vf0, kept.vfs[1]))
     assert plan(d, node(kept), PlanState()) == []
 
 
 def test_unbound_vf_without_override_gets_one() -> None:
     d = desired(sriov=[sriov(2, {"index": 0, "driver": "none"})])
     p = pf(numvfs=2)
-    p = dataclasses.replace(p, vfs=(dataclasses.replace(p.vfs[0], driver=None), p.vfs[1]))
+    p = replace(p, vfs=(replace(p.vfs[0], driver=None), p.vfs[1]))
     [a] = plan(d, node(p), PlanState())
     assert isinstance(a, BindVfDriver) and a.old is None and a.override_old is None
 
@@ -661,9 +659,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Desired, Observed, PlanState]:
     ib = draw(st.booleans())
     current = draw(st.integers(0, total))
     p = pf(numvfs=current, totalvfs=total, ib=ib)
-    p = dataclasses.replace(
+    p = replace(
         p,
-        vfs=tuple(dataclasses.replace(v, usage=draw(USAGE)) for v in p.vfs),
+        vfs=tuple(replace(v, usage=draw(USAGE)) for v in p.vfs),
         driver=draw(st.sampled_from(["mlx5_core", "bnxt_en"])),
         operstate_up=draw(st.sampled_from([True, False, None])),
     )

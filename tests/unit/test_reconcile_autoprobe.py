@@ -5,13 +5,12 @@ VFs held back) where it cannot be read; status and snapshot."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from rdmad.model import Blocked, Desired, ObjectState, PlanState, SetAutoprobe, SetNumVfs
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail import describe
 from rdmad.snapshot import snapshot
+from tests.support.records import replace
 from tests.unit.test_reconcile import HELD, PF, node, pf
 
 
@@ -34,12 +33,12 @@ def test_autoprobe_alone_with_vfs_present_and_unset_untouched() -> None:
     actions = plan(desired(4, False), node(pf(numvfs=4)), PlanState())
     assert [type(a) for a in actions] == [SetAutoprobe]
     assert plan(desired(4, None), node(pf(numvfs=4)), PlanState()) == []
-    as_declared = dataclasses.replace(pf(numvfs=4), drivers_autoprobe=False)
+    as_declared = replace(pf(numvfs=4), drivers_autoprobe=False)
     assert plan(desired(4, False), node(as_declared), PlanState()) == []
 
 
 def test_a_pf_without_the_file_is_blocked_not_written() -> None:
-    no_file = dataclasses.replace(pf(numvfs=4), drivers_autoprobe=None)
+    no_file = replace(pf(numvfs=4), drivers_autoprobe=None)
     (blocked,) = plan(desired(4, False), node(no_file), PlanState())
     assert isinstance(blocked, Blocked) and "no sriov_drivers_autoprobe" in blocked.reason
 
@@ -55,7 +54,7 @@ def test_a_vf_in_use_never_holds_autoprobe_back() -> None:
 def test_an_unreadable_autoprobe_holds_the_vfs_back() -> None:
     # EIO is not "no such file": VFs made now might be bound by the PF's VF driver first.
     unread = "cannot read /sys/bus/pci/devices/0000:3b:00.0/sriov_drivers_autoprobe: EIO"
-    p = dataclasses.replace(pf(numvfs=0), autoprobe_unread=unread)
+    p = replace(pf(numvfs=0), autoprobe_unread=unread)
     actions = plan(desired(2, False), node(p), PlanState())
     assert not any(isinstance(a, SetAutoprobe | SetNumVfs) for a in actions)
     reasons = [a.reason for a in actions if isinstance(a, Blocked)]
@@ -71,6 +70,6 @@ def test_status_and_snapshot() -> None:
     detail = describe(d, o, plan(d, o, PlanState()))[f"sriov pci={PF}"]
     (attr,) = [a for a in detail.attributes if a.name == "autoprobe"]
     assert (attr.desired, attr.observed, attr.state) == (False, True, ObjectState.PENDING)
-    off = node(dataclasses.replace(pf(numvfs=4), drivers_autoprobe=False))
+    off = node(replace(pf(numvfs=4), drivers_autoprobe=False))
     assert "autoprobe = false" in snapshot(off)
     assert "autoprobe" not in snapshot(o)

@@ -5,8 +5,6 @@ unsupported-by-driver, not retried; status, snapshot and the writes it stands fo
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from rdmad.kernel.apply.writes import Op, planned_writes
@@ -31,6 +29,7 @@ from rdmad.model.validation import SpecError, validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail import describe
 from rdmad.snapshot import snapshot
+from tests.support.records import replace
 from tests.unit.test_reconcile import HELD, PF, UNKNOWN, node, pf
 from tests.unit.test_snapshot import parsed
 
@@ -48,7 +47,7 @@ def desired(numvfs: int, eswitch: dict[str, str] | None, **vf0: object) -> Desir
 
 
 def with_eswitch(p: PfObserved, seen: EswitchObserved | None) -> PfObserved:
-    return dataclasses.replace(p, eswitch=seen)
+    return replace(p, eswitch=seen)
 
 
 def test_mode_first_then_the_vfs_then_their_settings() -> None:
@@ -97,12 +96,10 @@ def test_a_representor_in_use_blocks_a_mode_change_and_a_numvfs_change() -> None
     ovs = Usage(Use.IN_USE, ("representor pf0vf1 is a port of ovs-system",))
     p = with_eswitch(pf(numvfs=2), SWITCHDEV)
     vfs = tuple(
-        dataclasses.replace(v, representor=f"pf0vf{v.index}", representor_usage=ovs)
-        if v.index == 1
-        else v
+        replace(v, representor=f"pf0vf{v.index}", representor_usage=ovs) if v.index == 1 else v
         for v in p.vfs
     )
-    p = dataclasses.replace(p, vfs=vfs)
+    p = replace(p, vfs=vfs)
     actions = plan(desired(2, {"mode": "legacy"}), node(p), PlanState())
     [blocked] = [a for a in actions if isinstance(a, Blocked)]
     assert not any(isinstance(a, SetEswitch) for a in actions)
@@ -118,7 +115,7 @@ def test_a_mode_change_under_free_vfs_goes_and_vfs_not_all_visible_block() -> No
     free = with_eswitch(pf(numvfs=2), LEGACY)
     (action,) = plan(desired(2, {"mode": "switchdev"}), node(free), PlanState())
     assert isinstance(action, SetEswitch) and action.numvfs == 2
-    hidden = dataclasses.replace(free, vfs=free.vfs[:1])
+    hidden = replace(free, vfs=free.vfs[:1])
     actions = plan(desired(2, {"mode": "switchdev"}), node(hidden), PlanState())
     assert any(isinstance(a, Blocked) and "1 of 2 VFs are visible" in a.reason for a in actions)
     assert not any(isinstance(a, SetEswitch) for a in actions)
@@ -171,9 +168,7 @@ def test_no_eswitch_and_a_refused_option_are_unsupported_not_retried() -> None:
 
 def test_status_shows_declared_seen_and_representors() -> None:
     p = with_eswitch(pf(numvfs=2), SWITCHDEV)
-    p = dataclasses.replace(
-        p, vfs=tuple(dataclasses.replace(v, representor=f"eth{v.index}r") for v in p.vfs)
-    )
+    p = replace(p, vfs=tuple(replace(v, representor=f"eth{v.index}r") for v in p.vfs))
     d = desired(2, {"mode": "switchdev"})
     o = node(p)
     detail = describe(d, o, plan(d, o, PlanState()))[f"sriov pci={PF}"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import msgspec
 
 from rdmad.model import (
@@ -29,6 +27,7 @@ from rdmad.model import (
 from rdmad.model.validation import validate
 from rdmad.reconcile import plan
 from rdmad.reconcile.detail.sriov import guard_state
+from tests.support.records import replace
 
 PF = "0000:3b:00.0"
 
@@ -79,7 +78,7 @@ def test_guarded_pf_gets_its_driver_module_hooked_once() -> None:
     assert sync.modules == ("igb",) and sync.old == ()
     installed = GuardHookObserved(frozenset({"igb"}), current=True, present=True)
     assert hook_actions(desired(**SRIOV), node(installed)) == []  # idempotent
-    stale = dataclasses.replace(installed, current=False)  # another rdmad's command
+    stale = replace(installed, current=False)  # another rdmad's command
     assert hook_actions(desired(**SRIOV), node(stale))[0].modules == ("igb",)
 
 
@@ -103,7 +102,7 @@ def test_an_unknown_driver_never_drops_a_guard() -> None:
     """The PF's driver is unloaded (or the PF is gone): keep what the file guards."""
     installed = GuardHookObserved(frozenset({"igb"}), current=True, present=True)
     assert hook_actions(desired(**SRIOV), node(installed, driver=None, module=None)) == []
-    gone = dataclasses.replace(node(installed), pfs=())
+    gone = replace(node(installed), pfs=())
     assert hook_actions(desired(**SRIOV), gone) == []
 
 
@@ -124,7 +123,7 @@ def test_a_pause_holds_back_module_loads_and_rxe_creation_only() -> None:
     assert [a.obj for a in held] == ["rxe rxe0", "rxe rxe0"]  # modprobe rdma_rxe, then the link
     assert "paused by `modprobe -r igb`" in held[0].reason
     assert any(isinstance(a, SetNumVfs) for a in actions)  # VF counts go on
-    unpaused = plan(d, dataclasses.replace(o, pause=None), PlanState())
+    unpaused = plan(d, replace(o, pause=None), PlanState())
     assert [type(a) for a in unpaused if isinstance(a, LoadModule | AddRxe)] == [
         LoadModule,
         AddRxe,
@@ -137,7 +136,7 @@ def test_a_bind_that_loads_a_module_waits_too() -> None:
     pause = PauseObserved("x", "y", 0, 10)
     bind = BindVfDriver("sriov", "r", vf_pci="0000:3b:00.2", new="vfio-pci", load_module=True)
     plain = msgspec.structs.replace(bind, load_module=False)
-    o = dataclasses.replace(node(ABSENT), pause=pause)
+    o = replace(node(ABSENT), pause=pause)
     out = stand_back([bind, plain], o)
     assert isinstance(out[0], Waiting) and out[1] is plain
 
@@ -172,19 +171,17 @@ def test_openibd_gets_the_drop_in_only_while_something_is_guarded() -> None:
     hooked = GuardHookObserved(frozenset({"igb"}), current=True, present=True, openibd=OPENIBD)
     [write] = openibd_actions(desired(**SRIOV), hooked)
     assert isinstance(write, SyncOpenibdDropin) and write.write
-    current = dataclasses.replace(OPENIBD, dropin="current")
-    assert openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=current)) == []
-    stale = dataclasses.replace(OPENIBD, dropin="stale")  # the unit's ExecStop= changed
-    [rewrite] = openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=stale))
+    current = replace(OPENIBD, dropin="current")
+    assert openibd_actions(desired(**SRIOV), replace(hooked, openibd=current)) == []
+    stale = replace(OPENIBD, dropin="stale")  # the unit's ExecStop= changed
+    [rewrite] = openibd_actions(desired(**SRIOV), replace(hooked, openibd=stale))
     assert isinstance(rewrite, SyncOpenibdDropin) and rewrite.write
     # The empty config: no guard, so no drop-in; one left from before is removed.
     assert openibd_actions(desired(), GuardHookObserved(openibd=OPENIBD)) == []
     [remove] = openibd_actions(desired(), GuardHookObserved(openibd=current))
     assert isinstance(remove, SyncOpenibdDropin) and not remove.write
     # No openibd.service on the node: nothing, guarded or not.
-    assert (
-        openibd_actions(desired(**SRIOV), dataclasses.replace(hooked, openibd=ABSENT.openibd)) == []
-    )
+    assert openibd_actions(desired(**SRIOV), replace(hooked, openibd=ABSENT.openibd)) == []
 
 
 def test_openibd_whose_stop_cannot_be_known_gets_no_drop_in_and_a_note() -> None:

@@ -4,13 +4,12 @@ config gives the PF to rdmad (``owner = "rdmad"``)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from rdmad.managers import Claim, PfManagers
 from rdmad.model import Blocked, Note, ObjectState, Observed, PlanState, SetNumVfs, summarize
 from rdmad.reconcile import declared_objects, plan
 from rdmad.reconcile.detail.sriov import sriov_detail
 from rdmad.reconcile.resolve import resolve
+from tests.support.records import replace
 from tests.unit.test_reconcile import PF, desired, node, pf, sriov
 
 LINK = Claim(
@@ -23,7 +22,7 @@ DECLARED = sriov(4, {"index": 0, "trust": True, "driver": "vfio-pci"})
 
 
 def claimed(seen: PfManagers, numvfs: int = 0) -> Observed:
-    return node(dataclasses.replace(pf(numvfs=numvfs), managers=seen))
+    return node(replace(pf(numvfs=numvfs), managers=seen))
 
 
 def test_a_pf_another_manager_declares_is_held_with_nothing_written() -> None:
@@ -58,7 +57,7 @@ def test_an_unknown_answer_holds_the_pf_and_says_why() -> None:
 
 
 def test_a_claim_that_may_apply_holds_the_pf_and_says_why() -> None:
-    maybe = dataclasses.replace(LINK, certain=False, why="[Match] Host=node1: not evaluated")
+    maybe = replace(LINK, certain=False, why="[Match] Host=node1: not evaluated")
     (held,) = plan(desired(sriov=[DECLARED]), claimed(PfManagers((maybe,))), PlanState())
     assert "may declare SR-IOV" in held.reason and "Host=node1" in held.reason
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +24,7 @@ from rdmad.model import (
 from rdmad.reconcile import plan
 from rdmad.snapshot import snapshot
 from rdmad.tomlcompat import tomllib
+from tests.support.records import replace
 from tests.unit.test_reconcile import node, pf
 
 
@@ -42,7 +41,7 @@ def round_trip(observed: Observed) -> tuple[str, list[object]]:
 
 def test_snapshot_of_a_hand_set_node() -> None:
     p = pf(numvfs=2, ib=True)
-    vf0 = dataclasses.replace(
+    vf0 = replace(
         p.vfs[0],
         driver="vfio-pci",
         settings=VfSettings(
@@ -51,7 +50,7 @@ def test_snapshot_of_a_hand_set_node() -> None:
         ib=IbVfSettings("00:11:22:33:44:55:66:77", "00:11:22:33:44:55:66:78", "Up"),
     )
     o = node(
-        dataclasses.replace(p, vfs=(vf0, p.vfs[1])),
+        replace(p, vfs=(vf0, p.vfs[1])),
         rdma=(
             RdmaLinkObserved("rxe0", "rxe", "eth0"),
             RdmaLinkObserved("mlx5_0", "mlx5_core", "ens1f0"),
@@ -94,9 +93,9 @@ def test_any_snapshot_plans_nothing(count: int, data: st.DataObject) -> None:
     for v in p.vfs:
         s = data.draw(SETTINGS)
         if s.vlan == 0:  # the kernel reports qos 0 / 802.1Q without a VLAN
-            s = dataclasses.replace(s, qos=0, vlan_proto="802.1Q")
-        vfs.append(dataclasses.replace(v, settings=s))
-    _, actions = round_trip(node(dataclasses.replace(p, vfs=tuple(vfs))))
+            s = replace(s, qos=0, vlan_proto="802.1Q")
+        vfs.append(replace(v, settings=s))
+    _, actions = round_trip(node(replace(p, vfs=tuple(vfs))))
     assert actions == []
 
 
@@ -161,7 +160,7 @@ def test_igb_pf_comments_what_igb_cannot_set() -> None:
 
 def test_igb_802_1ad_is_a_comment() -> None:
     vf = igb_vf(0)
-    vf = dataclasses.replace(vf, settings=dataclasses.replace(IGB_VF, vlan_proto="802.1ad"))
+    vf = replace(vf, settings=replace(IGB_VF, vlan_proto="802.1ad"))
     text = snapshot(node(igb_pf(vf)))
     assert '# vlan_proto = "802.1ad"  (igb sets only 802.1Q)' in text
     assert parsed(text).sriov[0].vf[0].vlan_proto is None
@@ -195,10 +194,8 @@ def test_without_autoprobe_the_default_driver_is_declared() -> None:
 
 def test_unknown_settings_and_invisible_vfs_are_said() -> None:
     """A truncated VF list (or no netlink) leaves settings unknown: a comment, not silence."""
-    vfs = tuple(
-        dataclasses.replace(igb_vf(i), settings=None if i >= 2 else IGB_VF) for i in range(5)
-    )
-    p = dataclasses.replace(
+    vfs = tuple(replace(igb_vf(i), settings=None if i >= 2 else IGB_VF) for i in range(5))
+    p = replace(
         igb_pf(*vfs),
         numvfs=7,
         settings_note="truncated VF list: the kernel reported 2 of 7 VFs",
@@ -215,7 +212,7 @@ def test_unknown_settings_and_invisible_vfs_are_said() -> None:
 
 def test_unset_and_undeclarable_values_are_left_out_with_a_comment() -> None:
     odd = VfSettings("01:00:5e:00:00:01", 7, 1, "0x0000", None, None, "3", 500, 100, None)
-    p = dataclasses.replace(netdevsim_pf(), vfs=(VfObserved(0, "netdevsim1/vf0", settings=odd),),
+    p = replace(netdevsim_pf(), vfs=(VfObserved(0, "netdevsim1/vf0", settings=odd),),
                             numvfs=1)  # fmt: skip
     text, actions = round_trip(node(p))
     # The one change: a vlan declared without a protocol is 802.1Q, an unknown one is not kept.

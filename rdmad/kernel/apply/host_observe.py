@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from msgspec import structs
+
 from rdmad.clock import Clock, SystemClock
 from rdmad.kernel import modules as modules_mod
 from rdmad.kernel.apply.observe import observe, observe_changed
@@ -288,16 +290,16 @@ class ObservingHost:
                 pfs.append(pf)
                 continue
             vfs = tuple(self._with_representor(v, got, snapshot) for v in pf.vfs)
-            pfs.append(replace(pf, eswitch=got.eswitch, vfs=vfs))
-        return replace(snapshot, pfs=tuple(pfs))
+            pfs.append(structs.replace(pf, eswitch=got.eswitch, vfs=vfs))
+        return structs.replace(snapshot, pfs=tuple(pfs))
 
     def _with_representor(self, vf: VfObserved, seen: PfSeen, snapshot: Observed) -> VfObserved:
         """The VF with its representor netdev and what uses it (gone with the vport)."""
         name = seen.representors.get(vf.index)
         if name is None:
-            return replace(vf, representor=None)
+            return structs.replace(vf, representor=None)
         usage = representor_usage(self.sysfs, name, snapshot.rdma_links)
-        return replace(vf, representor=name, representor_usage=usage)
+        return structs.replace(vf, representor=name, representor_usage=usage)
 
     async def _rdma_links(
         self, notes: list[str], *, paused: bool = False
@@ -366,4 +368,4 @@ class ObservingHost:
 
 
 def _with_note(snapshot: Observed, *notes: str) -> Observed:
-    return replace(snapshot, notes=(*snapshot.notes, *notes))
+    return structs.replace(snapshot, notes=(*snapshot.notes, *notes))

@@ -21,6 +21,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
+from msgspec import structs
+
 from rdmad import modsupport
 from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
 from rdmad.kernel.ibcore import observe_rdma_sys
@@ -232,7 +234,7 @@ def observe_changed(
         return None  # a PCI function's netdev, or a representor, went away
     rdma_links = last.rdma_links if rdma is None else _carry_usage(sysfs, last, rdma)
     pause_record = _pause_record(sysfs, now, pause_record)
-    return replace(
+    return structs.replace(
         last,
         netdevs=tuple(after.values()),
         rdma_links=rdma_links,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rdmad.kernel.netlink.nlcodec import (
     NLM_F_ACK,
@@ -100,14 +101,12 @@ FN_STATES = ("inactive", "active")
 FN_OPSTATES = ("detached", "attached")
 
 
-@dataclass(frozen=True, slots=True)
-class Family:
+class Family(NamedTuple):
     id: int
     mcast_groups: dict[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Eswitch:
+class Eswitch(NamedTuple):
     """A devlink device's eSwitch; None where the driver did not say (no such mode)."""
 
     bus: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # linux/netlink.h
 NLMSG_ERROR = 2
@@ -30,8 +30,7 @@ HEADER = struct.Struct("=IHHII")  # struct nlmsghdr: len, type, flags, seq, pid
 _NLA = struct.Struct("=HH")  # struct nlattr: len, type
 
 
-@dataclass(frozen=True, slots=True)
-class NlMsg:
+class NlMsg(NamedTuple):
     """One received netlink message; ``data`` is the payload after the 16-byte header."""
 
     type: int

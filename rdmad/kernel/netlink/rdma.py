@@ -65,7 +65,7 @@ from rdmad.kernel.netlink.rdma_codec import (
 )
 from rdmad.kernel.netlink.rdma_usage import device_usage, usage_of
 from rdmad.kernel.sysfs import Sysfs
-from rdmad.model.observed import RdmaLinkObserved, Usage
+from rdmad.model.shared_observed import RdmaLinkObserved, Usage
 
 _ADD_HINTS = {
     errno.EEXIST: "an RDMA device of that name exists, or the netdev already has an rxe link",

@@ -18,8 +18,7 @@ Facts this relies on (kernel 6.1+):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rdmad.kernel.netlink.nlcodec import (
     NlMsg,
@@ -135,8 +134,7 @@ def newlink_attrs(name: str, link_type: str, netdev: str) -> list[tuple[int, Val
     return [(ATTR_DEV_NAME, name), (ATTR_LINK_TYPE, link_type), (ATTR_NDEV_NAME, netdev)]
 
 
-@dataclass(frozen=True, slots=True)
-class NldevAttrs:
+class NldevAttrs(NamedTuple):
     """The top-level attributes of one nldev reply, read by number."""
 
     raw: dict[int, bytes]
@@ -158,8 +156,7 @@ def is_nldev(reply: NlMsg) -> bool:
     return reply.type >> 10 == RDMA_NL_NLDEV
 
 
-@dataclass(frozen=True, slots=True)
-class ResObject:
+class ResObject(NamedTuple):
     """One tracked RDMA object (QP, CQ, PD) and who owns it."""
 
     kind: ResKind
@@ -194,8 +191,7 @@ def decode_res(kind: ResKind, reply: NlMsg) -> list[ResObject]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class ResSummary:
+class ResSummary(NamedTuple):
     """One device's object counts by type ("qp", "cq", "pd", "mr", ...) from RES_GET."""
 
     dev_index: int

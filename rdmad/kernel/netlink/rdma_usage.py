@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from rdmad.kernel.netlink.rdma_codec import ResObject
-from rdmad.model.observed import FREE, Usage, Use
+from rdmad.model.shared_observed import FREE, Usage, Use
 
 # Kernel modules whose objects are part of every registered device (ib_mad is built
 # into ib_core). Measured on an idle rxe device: see tests/lab/test_lab_rdma.py.

@@ -46,7 +46,7 @@ from rdmad.kernel.errors import KernelError
 from rdmad.kernel.sysfs import CLASS_IB, PCI_DEVICES, PciFunction, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
-from rdmad.model.observed import FREE, RdmaLinkObserved, Usage, Use
+from rdmad.model.shared_observed import FREE, RdmaLinkObserved, Usage, Use
 
 # Drivers that hand the whole function to user space or a guest.
 PASSTHROUGH_DRIVERS = frozenset({"vfio-pci", "pci-stub"})

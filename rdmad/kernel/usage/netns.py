@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rdmad.kernel.errors import KernelError
 from rdmad.kernel.netlink.nlcodec import (
@@ -58,8 +58,7 @@ _IFINFO = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _RTGEN = struct.Struct("=Bxxx")  # rtgenmsg padded to 4
 
 
-@dataclass(frozen=True, slots=True)
-class ForeignNetdev:
+class ForeignNetdev(NamedTuple):
     nsid: int  # this namespace's id for the namespace the netdev lives in
     name: str
     parent: str | None  # parent device, e.g. the VF's PCI address
