@@ -214,6 +214,9 @@ def reboot_run(g: Guest, pf: str) -> dict[str, Any]:
     for unit in MILESTONES:
         usec = g.check(f"systemctl show -p ActiveEnterTimestampMonotonic --value {unit}").strip()
         res[f"t_{unit}"] = int(usec) / 1e6 if usec.isdigit() and int(usec) else None
+    # When rdmad's process was started: from there to READY=1 is its start-up at boot.
+    usec = g.check("systemctl show -p ExecMainStartTimestampMonotonic --value rdmad").strip()
+    res["t_rdmad_exec"] = int(usec) / 1e6 if usec.isdigit() and int(usec) else None
     return res
 
 
@@ -265,7 +268,7 @@ def run_mode(g: Guest, mode: str, pf: str, pf_netdev: str, repeat: int) -> dict[
     out["reboot_from_probe_log_ms"] = statistics.median(probes) if probes else None
     out["poller_before_pf"] = all(not x.get("pf_at_start") for x in out["reboot"])
     # Since the kernel started (CLOCK_MONOTONIC): when all was right, and the milestones.
-    for key in ("t_done", *(f"t_{u}" for u in MILESTONES)):
+    for key in ("t_done", "t_rdmad_exec", *(f"t_{u}" for u in MILESTONES)):
         got = [float(x[key]) for x in out["reboot"] if x.get(key) is not None]
         out[f"boot_{key}_s"] = round(statistics.median(got), 2) if got else None
     return out
@@ -315,6 +318,7 @@ def table(res: dict[str, Any]) -> str:
     )
     for key, label in (
         ("boot_t_done_s", "all restored"),
+        ("boot_t_rdmad_exec_s", "rdmad started (exec)"),
         ("boot_t_rdmad.service_s", "rdmad READY=1"),
         ("boot_t_systemd-udev-trigger.service_s", "coldplug done"),
         ("boot_t_multi-user.target_s", "multi-user.target"),
