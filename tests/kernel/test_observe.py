@@ -332,3 +332,25 @@ def test_narrow_observation_declines_when_a_representor_comes_or_goes(tmp_path: 
     assert observe_changed(sysfs, with_rep, _links(full), full.rdma_links, gone=[141]) is None
     # Without it, a plain netdev without a device going is followed narrowly as before.
     assert observe_changed(sysfs, replace(with_rep, pfs=full.pfs), [], None, gone=[141])
+
+
+def test_a_pf_netdev_udev_has_not_named_yet_is_pending_until_its_entry_exists(
+    tmp_path: Path,
+) -> None:
+    fs = mlx5_node(tmp_path)
+    down = LinkInfo("enp94s0f0", 40, "52:54:00:12:34:56", None, False, "down", None)
+    up = LinkInfo("enp94s0f0", 40, "52:54:00:12:34:56", None, True, "up", None)
+
+    def igb(links: LinkInfo) -> tuple[bool, Observed]:
+        obs = observe(Sysfs(tmp_path), {"enp94s0f0": links})
+        return next(p for p in obs.pfs if p.pci == IGB_PF).udev_pending, obs
+
+    assert igb(down)[0] is False  # no udevd here (a container): nothing to wait for
+    fs.write("run/udev/control", "")
+    pending, obs = igb(down)
+    assert pending is True  # udevd runs and has not written the netdev's entry
+    # udev's event for it changes nothing rtnetlink reports: only a full look sees it.
+    assert observe_changed(Sysfs(tmp_path), obs, _links(obs), None) is None
+    assert igb(up)[0] is False  # up already: nothing rdmad would do can block a rename
+    fs.write("run/udev/data/n40", "E:ID_NET_DRIVER=igb\n")
+    assert igb(down)[0] is False

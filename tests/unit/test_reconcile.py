@@ -152,6 +152,20 @@ def test_pf_brought_up_first_for_drivers_that_need_it() -> None:
         ]
 
 
+def test_a_pf_udev_has_not_named_yet_is_not_set_up() -> None:
+    # Up, the kernel refuses udev's rename (EBUSY): wait for udev's event instead.
+    p = replace(pf(numvfs=0), driver="bnxt_en", operstate_up=False, udev_pending=True)
+    [a] = plan(desired(sriov=[sriov(4)]), node(p), PlanState())
+    assert isinstance(a, Waiting)
+    assert "udev has not named ens1f0 yet" in a.reason and not a.changes_kernel
+    # Named: set up as before.
+    named = replace(p, udev_pending=False)
+    assert [type(a) for a in plan(desired(sriov=[sriov(4)]), node(named), PlanState())] == [
+        SetLinkUp,
+        SetNumVfs,
+    ]
+
+
 def test_pf_without_driver_waits_for_it() -> None:
     p = replace(pf(numvfs=0), driver=None)
     [a] = plan(desired(sriov=[sriov(4)]), node(p), PlanState())

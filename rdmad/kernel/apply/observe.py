@@ -32,7 +32,7 @@ from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.openibd_dropin import observe_openibd
 from rdmad.kernel.pause import in_force, read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, OnceReads, Sysfs
+from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, UDEV_CONTROL, OnceReads, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
@@ -195,6 +195,8 @@ def observe_changed(
     now: a holder is never dropped unseen); nothing here is the last word on usage,
     since every destructive write re-checks it against a fresh scan (kernel.apply.recheck).
     """
+    if any(pf.udev_pending for pf in last.pfs):
+        return None  # udev's news of that netdev comes with no rtnetlink change to read
     before = {n.ifindex: n for n in last.netdevs}
     # VF representors come and go with the eSwitch mode: one that did tells of a mode
     # change (devlink sends no event for it), which a full observation reads.
@@ -372,25 +374,36 @@ def _pf(
             )
         )
     vendor, device = sysfs.pci_ids(pci)
+    ifindex = facts.ifindex if facts else sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
+    operstate_up = facts.up if facts else None
     return PfObserved(
         pci=pci,
         vendor=vendor,
         device=device,
         driver=fn.driver,
         netdev=netdev,
-        ifindex=facts.ifindex if facts else sysfs.read_int(f"sys/class/net/{netdev}/ifindex"),
+        ifindex=ifindex,
         mac=facts.mac if facts else (sysfs.netdev_attr(netdev, "address") if netdev else None),
         perm_mac=facts.perm_mac if facts else None,
         numvfs=fn.numvfs or 0,
         totalvfs=fn.totalvfs or 0,
         drivers_autoprobe=fn.drivers_autoprobe,
         autoprobe_unread=fn.autoprobe_unread,
-        operstate_up=facts.up if facts else None,
+        operstate_up=operstate_up,
+        udev_pending=operstate_up is False and _udev_pending(sysfs, ifindex),
         vfs=tuple(vfs),
         settings_note=settings_note,
         ib_device=ib_device,
         driver_module=driver_module(sysfs, sysfs.device_dir(pci)) if fn.driver else None,
     )
+
+
+def _udev_pending(sysfs: Sysfs, ifindex: int | None) -> bool:
+    """Whether udevd runs (its control socket) and has not yet written the database
+    entry of the netdev with ``ifindex``: it has not processed (named) it yet."""
+    if ifindex is None or not sysfs.exists(UDEV_CONTROL):
+        return False
+    return not sysfs.exists(f"run/udev/data/n{ifindex}")
 
 
 def _pause_record(
