@@ -348,3 +348,46 @@ def test_the_uevent_filter_attaches_on_the_guests_kernel_and_drops_other_subsyst
     ours = verdict["ours"]
     assert {sub for _, sub in ours} <= {"infiniband", "infiniband_verbs"}, ours
     assert any(h.startswith("add@") and h.endswith("/infiniband/rxflt0") for h, _ in ours), ours
+
+
+def test_a_pf_netdev_is_udev_pending_until_udevd_has_processed_it(guest: Any) -> None:
+    """The observation rdmad's planner keeps a bnxt_en PF down by (it may not set a PF up
+    before udev named its netdev: the kernel refuses to rename an interface that is up).
+    With udevd's queue stopped, a new netdevsim PF's netdev (down) has no udev database
+    entry yet and reads pending; once udevd runs the queue, it is named and not."""
+    verdict = _guest_python(
+        guest,
+        """
+        from rdmad.kernel.apply.observe import observe
+        from rdmad.kernel.sysfs import Sysfs
+
+        async def pending(rt, pci):
+            links = {link.name: link for link in await rt.links()}
+            pf = next(p for p in observe(Sysfs("/"), links).pfs if p.pci == pci)
+            return {"netdev": pf.netdev, "up": pf.operstate_up, "pending": pf.udev_pending}
+
+        async def main():
+            sh("modprobe netdevsim")
+            sh("udevadm settle --timeout=30")
+            sh("udevadm control --stop-exec-queue")
+            try:
+                write("/sys/bus/netdevsim/new_device", "23 1")
+                base = "/sys/bus/netdevsim/devices/netdevsim23"
+                deadline = time.monotonic() + 30
+                while not glob.glob(f"{base}/net/*") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                rt = RtNetlink()
+                before = await pending(rt, "netdevsim23")
+            finally:
+                sh("udevadm control --start-exec-queue")
+            sh("udevadm settle --timeout=30")
+            after = await pending(rt, "netdevsim23")
+            write("/sys/bus/netdevsim/del_device", "23")
+            return {"before": before, "after": after}
+        """,
+    )
+    before, after = verdict["before"], verdict["after"]
+    assert before["up"] is False and before["pending"] is True, verdict
+    # udevd named it (eth1 -> eni23np1, or kept): no longer pending.
+    assert after["up"] is False and after["pending"] is False, verdict
+    assert after["netdev"] != before["netdev"] or after["netdev"].startswith("eni"), verdict
