@@ -182,8 +182,8 @@ NOT_DONE: tuple[tuple[str, str], ...] = (
         "The PF's own link",
         "Its MAC, VLAN, speed, MTU and up/down state are not managed. rdmad brings a PF "
         "up only where its driver makes VFs only while it is up (`bnxt_en`), right "
-        "before making them and once udev has named its netdev (the kernel refuses to "
-        "rename an interface that is up); it never takes one down.",
+        "before making them and once udev has named its netdev (before Linux 6.2 an "
+        "interface that is up cannot be renamed); it never takes one down.",
     ),
     (
         "What is not declared",

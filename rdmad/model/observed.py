@@ -148,9 +148,10 @@ class PfObserved(msgspec.Struct, frozen=True):
     # at (a hand-built snapshot).
     managers: PfManagers | None = None
     # udevd runs and has not yet processed the PF's netdev (no udev database entry), so
-    # its rename may still come; read only while the netdev is down, since the kernel
-    # refuses to rename an interface that is up (EBUSY) and setting it up is what would
-    # hurt (rdmad.reconcile.sriov.PF_UP_DRIVERS).
+    # its rename may still come; read only while the netdev is down: before Linux 6.2
+    # the kernel refuses to rename an interface that is up (EBUSY), and udev before
+    # systemd 253 does not try, so setting it up is what would hurt
+    # (rdmad.reconcile.sriov.PF_UP_DRIVERS).
     udev_pending: bool = False
 
     def vf(self, index: int) -> VfObserved | None:

@@ -157,11 +157,12 @@ def _plan_numvfs(obj: str, target: SriovTarget, pf: PfObserved, state: PlanState
         actions.extend(_new_vf_settings(obj, target, pf, state))
     if creates and pf.driver in PF_UP_DRIVERS and pf.operstate_up is False and pf.netdev:
         if pf.udev_pending:
-            # Up, it could not be renamed (EBUSY): the name the network's configuration
-            # expects would never come. udev's event for it starts the next pass.
+            # Up, it could not be renamed (EBUSY before Linux 6.2; udev before systemd
+            # 253 does not try): the name the network's configuration expects would
+            # never come. udev's event for it starts the next pass.
             why = (
                 f"{pf.driver} creates VFs only while the PF is up, and udev has not named "
-                f"{pf.netdev} yet (an interface that is up cannot be renamed)"
+                f"{pf.netdev} yet (before Linux 6.2 an interface that is up cannot be renamed)"
             )
             return [Waiting(obj, why)]
         why = f"{pf.driver} creates VFs only while the PF is up"

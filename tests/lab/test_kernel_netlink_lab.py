@@ -352,7 +352,8 @@ def test_the_uevent_filter_attaches_on_the_guests_kernel_and_drops_other_subsyst
 
 def test_a_pf_netdev_is_udev_pending_until_udevd_has_processed_it(guest: Any) -> None:
     """The observation rdmad's planner keeps a bnxt_en PF down by (it may not set a PF up
-    before udev named its netdev: the kernel refuses to rename an interface that is up).
+    before udev named its netdev: the guest's 6.1, as any kernel before 6.2, refuses to
+    rename an interface that is up).
     With udevd's queue stopped, a new netdevsim PF's netdev (down) has no udev database
     entry yet and reads pending; once udevd runs the queue, it is named and not."""
     verdict = _guest_python(
