@@ -8,17 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.netns import new_netns
+from tests.support.netns import owned_netns
 
 
 @pytest.fixture
 def netns() -> Iterator[str]:
     """A network namespace of the test's own, deleted after it."""
-    name = new_netns()
-    try:
+    with owned_netns() as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 @pytest.fixture

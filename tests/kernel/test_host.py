@@ -63,6 +63,7 @@ from rdmad.model import (
 )
 from tests.support.countingsysfs import CountingSysfs
 from tests.support.fakesysfs import DEV, IGB_PF, MLX5_PF, MLX5_VFS, FakeSysfs, mlx5_node
+from tests.support.netns import owned_netns
 
 IGB_NUMVFS = f"{PCI_DEVICES}/{IGB_PF}/sriov_numvfs"
 DEADLINE = 10.0
@@ -789,16 +790,12 @@ async def test_observe_without_rdma_netlink(tree: Path) -> None:
 
 @pytest.fixture
 def netns_veth() -> Iterator[str]:
-    ns = f"rdmad-h-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
+    with owned_netns() as ns:
         subprocess.run(
             ["ip", "-n", ns, "link", "add", "rdh0", "type", "veth", "peer", "name", "rdh1"],
             check=True,
         )
         yield ns
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
 
 
 @pytest.mark.netns

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import RdmaSysObserved
 from rdmad.netnsnames import other_namespaces
 from tests.support.fakesysfs import FakeSysfs
-from tests.support.netns import wait_entered
+from tests.support.netns import owned_netns, wait_entered
 
 
 def namespaces_tree(root: Path) -> FakeSysfs:
@@ -112,15 +111,13 @@ def test_an_unreadable_namespace_is_counted_not_guessed(tmp_path: Path) -> None:
 def named_namespace() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     if os.geteuid() != 0:
         pytest.fail("network namespaces need root (the kernel suite runs as root)")
-    ns = f"rdmadi{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    holder = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"])
-    try:
-        yield ns, holder
-    finally:
-        holder.kill()
-        holder.wait()
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    with owned_netns() as ns:
+        holder = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"])
+        try:
+            yield ns, holder
+        finally:
+            holder.kill()
+            holder.wait()
 
 
 def test_real_namespaces_are_named(named_namespace: tuple[str, subprocess.Popen[bytes]]) -> None:

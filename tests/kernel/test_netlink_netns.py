@@ -26,7 +26,7 @@ from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import NetdevObserved, Observed, VfChange, VfSettings
 from rdmad.triggers import TriggerQueue
 from tests.support.fakeclock import FakeClock
-from tests.support.netns import new_netns
+from tests.support.netns import owned_netns
 from tests.support.records import replace
 
 pytestmark = [
@@ -48,11 +48,8 @@ def ifindex(ns: str, name: str) -> int:
 @pytest.fixture
 def netns2() -> Iterator[str]:
     """A second namespace beside conftest's ``netns``."""
-    name = new_netns()
-    try:
+    with owned_netns() as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 async def collect_until(

@@ -25,7 +25,7 @@ from rdmad.kernel.usage.holders import (
 from rdmad.kernel.usage.netns import ForeignNetdev, NetnsQuery
 from rdmad.model import FREE, RdmaLinkObserved, Usage, Use
 from tests.support.fakesysfs import IGB_PF, MLX5_VFS, QEMU_PID, FakeSysfs, mlx5_node
-from tests.support.netns import wait_entered
+from tests.support.netns import owned_netns, wait_entered
 
 IGB_VF0 = "0000:5e:10.0"
 IGB_VF1 = "0000:5e:10.2"
@@ -350,20 +350,19 @@ def test_an_infiniband_vf_whose_look_failed_is_unknown(tmp_path: Path) -> None:
 def netns_with_veth() -> object:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    ns, a, b = f"rdmadu{os.getpid()}", f"ru{os.getpid()}a", f"ru{os.getpid()}b"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    holder = None
-    try:
-        subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
-        subprocess.run(["ip", "link", "set", b, "netns", ns], check=True)
-        holder = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"])
-        yield ns, b, holder
-    finally:
-        if holder is not None:
-            holder.kill()
-            holder.wait()
-        subprocess.run(["ip", "link", "del", a], check=False, capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+    a, b = f"ru{os.getpid()}a", f"ru{os.getpid()}b"
+    with owned_netns() as ns:
+        holder = None
+        try:
+            subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+            subprocess.run(["ip", "link", "set", b, "netns", ns], check=True)
+            holder = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"])
+            yield ns, b, holder
+        finally:
+            if holder is not None:
+                holder.kill()
+                holder.wait()
+            subprocess.run(["ip", "link", "del", a], check=False, capture_output=True)
 
 
 def test_real_kernel_names_the_namespace_a_netdev_moved_into(netns_with_veth: object) -> None:

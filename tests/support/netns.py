@@ -1,4 +1,5 @@
-"""Real network namespaces for the kernel tests: a new one of a test's own, and waiting
+"""Real network namespaces for the kernel tests: a new one of a test's own (deleted
+after it, whatever happened), and waiting
 for a process started with `ip netns exec NS CMD` to be CMD inside NS (`ip` enters the
 namespace, then execs)."""
 
@@ -8,6 +9,8 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -23,8 +26,13 @@ def wait_entered(pid: int, ns: str, comm: str = "sleep", timeout: float = 10.0) 
         time.sleep(0.02)
 
 
-def new_netns() -> str:
-    """A new network namespace (``ip netns add``); the caller deletes it after."""
+@contextmanager
+def owned_netns() -> Iterator[str]:
+    """A new network namespace (``ip netns add``), deleted on the way out (with what
+    was made in it), also when the block fails."""
     name = f"rdmad-t-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-    return name
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
