@@ -7,11 +7,11 @@
 # architecture (default this machine's; arm64 builds anywhere: nothing is compiled).
 # Prints the .deb's path on stdout. A build is cached in DIR/cache/KEY/, KEY a hash
 # of every input file (tracked and untracked, not ignored), the target, the
-# architecture and the version: the same inputs give the same .deb without
-# rebuilding. The version is the newest entry of packaging/deb/debian/changelog (its
-# upstream part must match [project].version) with the target's suffix, 0.1.0-1~deb12;
-# --version builds another; --version-suffix appends to that one (the lab's upgrade
-# test: +lab1). Needs dpkg-dev, debhelper,
+# architecture, the version and the last commit's time (the files' dates): the same
+# inputs give the same .deb without rebuilding. The version is the newest entry of
+# packaging/deb/debian/changelog (its upstream part must match [project].version) with
+# the target's suffix, 0.1.0-1~deb12; --version builds another; --version-suffix
+# appends to that one (the lab's upgrade test: +lab1). Needs dpkg-dev, debhelper,
 # python3-venv (run scripts/pkg-deps.sh as root) and PyPI access (the lock files are
 # hash-checked).
 set -euo pipefail
@@ -45,9 +45,12 @@ eval "$(python3 packaging/targets.py show "$target" "$arch")"
 [[ $t_format == deb ]] || { log "$target is not a deb target (packaging/targets.toml)"; exit 2; }
 version=${version:-$changelog_version$t_release$suffix}
 
-# The inputs: what git would commit (so a dirty tree builds what it shows).
+# The inputs: what git would commit (so a dirty tree builds what it shows), and the
+# time every file in the package carries (SOURCE_DATE_EPOCH, the last commit's): a tree
+# built before its commit is not the same .deb as that tree built after it.
 mapfile -d '' existing < <(bash scripts/tree-files.sh)
-key=$({ echo "version=$version target=$target arch=$t_deb_arch"; sha256sum "${existing[@]}"; } |
+epoch=$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)
+key=$({ echo "version=$version target=$target arch=$t_deb_arch epoch=$epoch"; sha256sum "${existing[@]}"; } |
     sha256sum | cut -c1-16)
 cache=$out/cache/$key
 if compgen -G "$cache/rdmad_*.deb" >/dev/null; then
@@ -63,7 +66,6 @@ mkdir -p "$src"
 tar -cf - "${existing[@]}" | tar -C "$src" -xf -
 rm -rf "$src/debian"
 cp -a packaging/deb/debian "$src/debian"
-epoch=$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)
 if [[ $version != "$changelog_version" ]]; then
     { cat <<CL
 rdmad ($version) unstable; urgency=medium
