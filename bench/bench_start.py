@@ -77,6 +77,7 @@ async def main():
     queue = TriggerQueue(clock)
     gate = services.ReadyGate(rdmad.daemon.SdNotifier())
     location = Path(sys.argv[2])
+    settings = config.start_settings(location)  # as rdmad.daemon.serve: before the agent
     agent = Agent(KernelHost(sys.argv[1]), lambda: config.load(location), clock=clock,
                   queue=queue, notifier=gate, options=AgentOptions())
     early = services.EarlyChanges(agent.status)
@@ -84,7 +85,9 @@ async def main():
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, agent.stop)
     # As rdmad.daemon.serve: the API and metrics beside the first pass, READY=1 gated.
-    starting = loop.create_task(services.start_services(location, agent.status, queue, early, gate))
+    starting = loop.create_task(
+        services.start_services(location, settings, agent.status, queue, early, gate)
+    )
     try:
         await agent.run()
     finally:

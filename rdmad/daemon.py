@@ -20,7 +20,7 @@ import structlog
 from rdmad import config, logs, services, state
 from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.clock import SystemClock
-from rdmad.model import DaemonSpec
+from rdmad.model import Desired
 from rdmad.state import StateStore
 from rdmad.triggers import Trigger, TriggerQueue
 
@@ -261,16 +261,17 @@ def _make_host(dry_run: bool, root: str = "/") -> tuple[Host, object]:
     return kernel, kernel
 
 
-def _initial_spec(location: Path) -> DaemonSpec:
-    """Logging and state-dir settings from whatever part of the config is readable.
+def _start_settings(location: Path) -> Desired:
+    """[daemon] (logging, state directory), [api] and [metrics] from whatever part of the
+    config is readable (``config.start_settings``).
 
     Never raises: a config that cannot be read or is invalid must not end the
     daemon (Restart=on-failure would loop on it); the agent reports its errors.
     """
     try:
-        return config.daemon_settings(location)
+        return config.start_settings(location)
     except Exception:  # an unforeseen failure: start with defaults, load_config reports it
-        return DaemonSpec()
+        return Desired()
 
 
 def _load_config(location: Path) -> config.LoadedConfig:
@@ -297,7 +298,8 @@ def command_line_keys(opts: RunOptions) -> tuple[str, ...]:
 
 
 async def serve(opts: RunOptions) -> int:
-    spec = _initial_spec(opts.config)
+    settings = _start_settings(opts.config)
+    spec = settings.daemon
     logs.configure(opts.log_level or spec.log_level, opts.log_format or spec.log_format)
     if opts.guard_kit is not None and not _install_guard_kit(opts.guard_kit, opts.dry_run):
         return EXIT_FAIL
@@ -319,7 +321,7 @@ async def serve(opts: RunOptions) -> int:
         options=AgentOptions(
             dry_run=opts.dry_run,
             watchdog_interval=watchdog_interval(),
-            started_with=services.start_settings(opts.config, spec),
+            started_with=settings,
             command_line=command_line_keys(opts),
         ),
     )
@@ -339,7 +341,7 @@ async def serve(opts: RunOptions) -> int:
     # The API and metrics import and start beside the first pass (rdmad.services);
     # READY=1 waits at the gate until the API socket exists.
     starting = loop.create_task(
-        services.start_services(opts.config, agent.status, queue, early, gate)
+        services.start_services(opts.config, settings, agent.status, queue, early, gate)
     )
     try:
         await agent.run()

@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 import structlog
 
-from rdmad import config
 from rdmad.agent import Notifier
-from rdmad.model import ApiSpec, DaemonSpec, Desired, MetricsSpec
+from rdmad.model import ApiSpec, Desired, MetricsSpec
 from rdmad.status import Change, StatusView
 from rdmad.triggers import TriggerQueue
 
@@ -165,6 +164,7 @@ def no_ca_bundle() -> Iterator[None]:
 
 async def start_services(
     location: Path,
+    settings: Desired,
     store: StatusView,
     queue: TriggerQueue,
     early: EarlyChanges,
@@ -177,10 +177,13 @@ async def start_services(
     """Make the API socket and the metrics listener's, and open the gate; import (off
     the loop), then start metrics, exporters and the API on those sockets.
 
+    ``settings``: ``[api]`` and ``[metrics]`` as the daemon read them at start
+    (``config.start_settings``), the ones its ``started_with`` holds.
+
     Never raises: the daemon's job is the node; a service that cannot start is logged.
     """
     services = Services()
-    spec, metrics_spec = _api_spec(location), _metrics_spec(location)
+    spec, metrics_spec = settings.api, settings.metrics
     listening = _listen(spec)
     scrape = await _bind_metrics(metrics_spec)
     gate.open()
@@ -216,13 +219,6 @@ async def start_services(
     return services
 
 
-def start_settings(location: Path, daemon: DaemonSpec) -> Desired:
-    """The settings the daemon sets itself up with once ([daemon] logging and state
-    directory, [api], [metrics]), read as ``start_services`` reads them: what a reload
-    that changes them must say needs a restart (``rdmad.config.restart``)."""
-    return Desired(daemon=daemon, api=_api_spec(location), metrics=_metrics_spec(location))
-
-
 async def _bind_metrics(spec: MetricsSpec) -> list[socket.socket] | None:
     """The metrics TCP listener's sockets, listening before aiohttp is imported; None
     when there is none to serve or they cannot be bound (logged)."""
@@ -252,15 +248,6 @@ def _listen(spec: ApiSpec) -> Listening | None:
         return None
 
 
-def _metrics_spec(location: Path) -> MetricsSpec:
-    """[metrics] from whatever part of the config is readable; never raises (an
-    invalid config must not stop the daemon, nor its metrics)."""
-    try:
-        return config.metrics_settings(location)
-    except Exception:
-        return MetricsSpec()
-
-
 async def _start_exporters(
     metrics: Metrics, spec: MetricsSpec, sockets: list[socket.socket] | None
 ) -> list[_Closeable]:
@@ -286,14 +273,6 @@ async def _start_exporters(
             started.append(listener)
             log.info("metrics.listen", listen=spec.listen, addresses=listener.addresses)
     return started
-
-
-def _api_spec(location: Path) -> ApiSpec:
-    """The ``[api]`` settings, from whatever part of the config is readable (never raises)."""
-    try:
-        return config.api_settings(location)
-    except Exception:
-        return ApiSpec()
 
 
 async def _start_api(

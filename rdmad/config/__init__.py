@@ -8,7 +8,7 @@
 * ``errors``: ``ConfigError`` (file, key path, message) and ``ConfigInvalid``.
 
 This module puts them together for the callers: ``load()`` for the daemon,
-``daemon_settings()`` and the other sections' settings to start with even when the
+``start_settings()`` for the sections the daemon sets itself up with, even when the
 config as a whole is invalid, and ``effective()`` to show the merged config with where
 each value came from. Errors are collected, never stopping at the first.
 """
@@ -36,12 +36,10 @@ __all__ = [
     "Effective",
     "LoadedConfig",
     "ValueOrigin",
-    "api_settings",
-    "daemon_settings",
     "effective",
     "load",
-    "metrics_settings",
     "parse",
+    "start_settings",
 ]
 
 _SpecT = TypeVar("_SpecT", DaemonSpec, MetricsSpec, ApiSpec)
@@ -67,39 +65,31 @@ def load(location: Path = DEFAULT_DIR) -> LoadedConfig:
     return LoadedConfig(desired, tuple(display(p) for p in files))
 
 
-def daemon_settings(location: Path = DEFAULT_DIR) -> DaemonSpec:
-    """The ``[daemon]`` settings to start with, even when the config as a whole is invalid.
+def start_settings(location: Path = DEFAULT_DIR) -> Desired:
+    """The settings the daemon sets itself up with once, even when the config as a whole
+    is invalid: ``[daemon]`` (logging, the state directory), ``[api]`` and ``[metrics]``;
+    the other sections empty.
 
-    Logging and the state directory are chosen before the agent loads the config;
-    a broken drop-in must not send the state file to the default directory or drop
-    the log level the admin set. See ``_section_settings``.
+    Chosen before the agent loads (and perhaps rejects) the config: a broken drop-in must
+    not send the state file to the default directory, drop the log level the admin set,
+    take the API (the way to see why) away or switch metrics off. The files are read
+    once for all three sections: what the daemon starts with and what a reload compares
+    with (``rdmad.config.restart``) are one reading.
     """
-    return _section_settings(location, "daemon", DaemonSpec)
+    merged = _merge_readable(location).merged
+    return Desired(
+        daemon=_section_settings(merged, "daemon", DaemonSpec),
+        api=_section_settings(merged, "api", ApiSpec),
+        metrics=_section_settings(merged, "metrics", MetricsSpec),
+    )
 
 
-def metrics_settings(location: Path = DEFAULT_DIR) -> MetricsSpec:
-    """The ``[metrics]`` settings (textfile directory, TCP listener) to start with.
-
-    Like ``daemon_settings``: an invalid config elsewhere must not switch metrics off.
-    """
-    return _section_settings(location, "metrics", MetricsSpec)
-
-
-def api_settings(location: Path = DEFAULT_DIR) -> ApiSpec:
-    """The ``[api]`` settings to start the API with, read like ``daemon_settings``: an
-    invalid config elsewhere must not take the API (the way to see why) away."""
-    return _section_settings(location, "api", ApiSpec)
-
-
-def _section_settings(location: Path, section: str, spec: type[_SpecT]) -> _SpecT:
-    """One top-level table's settings, even when the config as a whole is invalid.
-
-    Every file that reads, merged as usual, and each key of ``[section]`` that is
-    valid on its own; the rest take their defaults. The errors are the agent's to
-    report (it loads the config itself), so none are returned here.
-    """
-    merger = _merge_readable(location)
-    table = merger.merged.get(section)
+def _section_settings(merged: dict[str, Any], section: str, spec: type[_SpecT]) -> _SpecT:
+    """One top-level table's settings from every file that reads, merged as usual: each
+    key of ``[section]`` that is valid on its own; the rest take their defaults. The
+    errors are the agent's to report (it loads the config itself), so none are
+    returned here."""
+    table = merged.get(section)
     if not isinstance(table, dict):
         return spec()
     good = {}

@@ -304,3 +304,46 @@ def test_a_dry_run_writes_no_guard_kit(
     [said] = [e for e in events if e.get("event") == "guard_kit.not_written"]
     assert said["hook"] == str(kit / "hook")
     assert said["command"] == f"/bin/sh {kit / 'hook'}"  # never exec'd: noexec mounts
+
+
+# `rdmad run`, counting the opens of the config's main file (the "open" audit event of
+# os.open and open()), the count printed at exit.
+COUNTING_CONFIG_OPENS = """
+import atexit, runpy, sys
+opens = []
+def hook(event, args):
+    if event == "open" and str(args[0]).endswith("rdmad.toml"):
+        opens.append(args[0])
+sys.addaudithook(hook)
+atexit.register(lambda: print(f"CONFIG_OPENS {len(opens)}", flush=True))
+sys.argv[0] = "rdmad"
+runpy.run_module("rdmad.cli", run_name="__main__")
+"""
+
+
+def test_the_config_is_read_once_for_the_start_settings_and_once_by_the_agent(
+    daemon_env: tuple[Path, Systemd, dict[str, str]], tmp_path: Path, api_socket: Path
+) -> None:
+    """[daemon], [api] and [metrics] are one reading at start (what the daemon set itself
+    up with and what a reload compares with), the agent's load the other: twice in all,
+    with the API and metrics started (it was six times: each section read on its own,
+    [api] and [metrics] twice)."""
+    cfg, sd, env = daemon_env
+    with (tmp_path / "daemon.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", COUNTING_CONFIG_OPENS, "run", "--config", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        sd.expect("READY=1")
+        code, _ = api_get(api_socket, "/v1/status")  # the services have started
+        assert code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        reap(proc)
+    text = (tmp_path / "daemon.log").read_text()
+    assert "CONFIG_OPENS 2" in text.splitlines(), text

@@ -11,12 +11,15 @@ import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
 
 from rdmad import daemon, services
+from rdmad.config import start_settings
 from rdmad.status import HistoryEntry, StatusSnapshot, StatusStore
 from rdmad.triggers import TriggerQueue
 from tests.api.metricsutil import parse, series, value
@@ -42,6 +45,11 @@ def _unfreeze() -> object:
     """start_services freezes the heap it finds (gc.freeze); the test process's is given back."""
     yield
     gc.unfreeze()
+
+
+def start(location: Path, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, services.Services]:
+    """``start_services`` as the daemon calls it: with the settings it read at start."""
+    return services.start_services(location, start_settings(location), *args, **kwargs)
 
 
 def config(tmp_path: Path, socket: Path) -> Path:
@@ -115,7 +123,7 @@ async def test_ready_goes_out_once_the_api_socket_listens_before_the_import(
     assert not any("READY=1" in s for s in sd.sent)  # held: no socket yet
     early = services.EarlyChanges(store)
     starting = asyncio.create_task(
-        services.start_services(
+        start(
             config(tmp_path, socket),
             store,
             TriggerQueue(FakeClock()),
@@ -169,7 +177,7 @@ async def test_services_that_cannot_start_remove_the_socket(
 
     store = StatusStore()
     with structlog.testing.capture_logs():
-        started = await services.start_services(
+        started = await start(
             config(tmp_path, socket), store, TriggerQueue(FakeClock()),
             services.EarlyChanges(store), gate, importer=broken,
         )  # fmt: skip
@@ -190,7 +198,7 @@ async def test_the_heap_is_frozen_once_the_services_are_imported_and_started(
 
     (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
     store = StatusStore()
-    started = await services.start_services(
+    started = await start(
         tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store),
         services.ReadyGate(Systemd()), importer=importer,
         freeze=lambda: steps.append(f"freeze metrics={started_metrics() is not None}"),
@@ -223,7 +231,7 @@ async def test_metrics_count_the_passes_and_actions_before_them(tmp_path: Path) 
     store.record([HistoryEntry(100.0, "applied", obj="a", kind="set-numvfs")])
     store.publish(StatusSnapshot(passes=2, last_pass_at=101.0, last_pass_seconds=0.002))
     (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
-    started = await services.start_services(
+    started = await start(
         tmp_path, store, TriggerQueue(FakeClock()), early, services.ReadyGate(Systemd())
     )
     assert started.metrics is not None and started.api is None
@@ -249,7 +257,7 @@ async def test_a_service_that_fails_to_import_still_lets_ready_out(tmp_path: Pat
 
     store = StatusStore()
     with structlog.testing.capture_logs() as logs:
-        started = await services.start_services(
+        started = await start(
             tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate,
             importer=broken,
         )  # fmt: skip
@@ -265,7 +273,7 @@ async def test_services_that_are_late_let_ready_out_at_their_deadline(tmp_path: 
     hang = threading.Event()
     store = StatusStore()
     with structlog.testing.capture_logs() as logs:
-        started = await services.start_services(
+        started = await start(
             tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate,
             importer=lambda: float(hang.wait(30)), deadline=0.05,
         )  # fmt: skip

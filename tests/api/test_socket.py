@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from rdmad import services
+from rdmad import config, services
 from rdmad.api import unixsock
 from rdmad.api.unixsock import SocketError
 from rdmad.status import StatusStore
@@ -109,7 +109,12 @@ async def _start(location: Path) -> services.Services:
     gate = services.ReadyGate(systemd)
     gate.notify("READY=1")
     started = await services.start_services(
-        location, store, TriggerQueue(FakeClock()), services.EarlyChanges(store), gate
+        location,
+        config.start_settings(location),
+        store,
+        TriggerQueue(FakeClock()),
+        services.EarlyChanges(store),
+        gate,
     )
     assert systemd.sent == ["READY=1"]
     return started

@@ -257,7 +257,7 @@ def test_a_metrics_listener_beyond_loopback_is_a_config_error(tmp_path: Path, li
     assert (err.file, err.path) == (str(tmp_path / "rdmad.toml"), "metrics.listen")
     assert "loopback address only" in err.message
     # At start the daemon takes [metrics] key by key: this one is dropped, so no listener.
-    assert config.metrics_settings(tmp_path).listen is None
+    assert config.start_settings(tmp_path).metrics.listen is None
 
 
 # --- no shell, hostile netdev names ----------------------------------------------------------

@@ -649,11 +649,11 @@ def test_daemon_settings_survive_a_broken_dropin(tmp_path: Path) -> None:
     (tmp_path / "rdmad.d").mkdir()
     (tmp_path / "rdmad.d" / "10-bad.toml").write_bytes(b"[daemon]\nlog_format = '\xff'\n")
     write(tmp_path, "rdmad.d/20-ok.toml", '[daemon]\nlog_format = "json"\n[[sriov]]\nnumvfs = 1\n')
-    spec = config.daemon_settings(tmp_path)
+    spec = config.start_settings(tmp_path).daemon
     got = (spec.state_dir, spec.log_level, spec.log_format)
     assert got == ("/srv/rdmad-state", "debug", "json")
     assert spec.settle == DaemonSpec().settle  # the invalid value falls back to the default
-    assert config.daemon_settings(tmp_path / "missing") == DaemonSpec()
+    assert config.start_settings(tmp_path / "missing").daemon == DaemonSpec()
 
 
 def test_metrics_settings_survive_an_invalid_config(tmp_path: Path) -> None:
@@ -666,19 +666,19 @@ def test_metrics_settings_survive_an_invalid_config(tmp_path: Path) -> None:
     write(tmp_path, "rdmad.d/20-more.toml", '[metrics]\ntextfile_dir = "/var/lib/node_exporter"\n')
     with pytest.raises(config.ConfigInvalid):
         config.load(tmp_path)
-    spec = config.metrics_settings(tmp_path)
+    spec = config.start_settings(tmp_path).metrics
     assert (spec.listen, spec.textfile_dir) == ("[::1]:9478", "/var/lib/node_exporter")
     assert spec.textfile_interval == MetricsSpec().textfile_interval  # 1ms: below the minimum
-    assert config.metrics_settings(tmp_path / "missing") == MetricsSpec()
+    assert config.start_settings(tmp_path / "missing").metrics == MetricsSpec()
 
 
 def test_api_settings_survive_an_invalid_config(tmp_path: Path) -> None:
     write(tmp_path, "rdmad.toml", '[api]\nsocket = "/tmp/x.sock"\nread_group = "bad group!"\n')
     write(tmp_path, "rdmad.d/10-broken.toml", "[daemon]\nsettle = 'soon'\n[[rxe]]\nname = 1\n")
-    spec = config.api_settings(tmp_path)
+    spec = config.start_settings(tmp_path).api
     assert spec.socket == "/tmp/x.sock"
     assert spec.read_group == "rdmad"  # the invalid key alone falls back to its default
-    assert config.api_settings(tmp_path / "missing").socket == "/run/rdmad/rdmad.sock"
+    assert config.start_settings(tmp_path / "missing").api.socket == "/run/rdmad/rdmad.sock"
 
 
 def test_effective_config_names_each_values_file_and_key(tmp_path: Path) -> None:
