@@ -197,8 +197,11 @@ NOT_DONE: tuple[tuple[str, str], ...] = (
         "A selector matches what the kernel shows now: a PF whose driver is unbound "
         "matches no `driver` or `name` key until it is bound again (its PCI vendor and "
         "device always match), and a PF two selectors match is left alone until one "
-        "declaration names it. Literal `pf` references keep waiting for their PF, as "
-        "before.",
+        "declaration names it. At boot, a PF with no driver that udev has not processed "
+        "yet (its driver may still be loaded) and that a selector could match once it "
+        "has one waits as an object of its own, so the node does not read converged "
+        "before coldplug reached it. Literal `pf` references keep waiting for their PF, "
+        "as before.",
     ),
     (
         "Anything in use",

@@ -10,7 +10,7 @@ Standard library only: the doctor runs where rdmad's own dependencies are broken
   ``"15b3"``); ``driver``, ``pci_path`` (the PCI address) and ``name`` (the netdev) are
   shell patterns (fnmatch, as udev and networkd's ``[Match]`` take them).
 * A PF that lacks what a key asks about (no driver bound, no netdev, not a PCI function)
-  does not match that key.
+  does not match that key; ``could_match`` asks whether it may once it has them.
 * A PF's netdev is its own one: not a switchdev representor, lowest ``dev_port`` first
   (mlx4 puts both ports on one function), then by name (``own_netdev``).
 """
@@ -74,13 +74,7 @@ def identity(raw: Mapping[str, object]) -> str:
 
 def matches(select: Selector, pf: Candidate) -> bool:
     """Whether ``pf`` matches each key ``select`` gives (any of that key's values)."""
-    seen = {
-        "vendor": pf.vendor,
-        "device": pf.device,
-        "driver": pf.driver,
-        "pci_path": pf.pci,
-        "name": pf.name,
-    }
+    seen = _facts(pf)
     for key, values in select.items():
         value = seen[key]
         if value is None:
@@ -91,6 +85,25 @@ def matches(select: Selector, pf: Candidate) -> bool:
         elif not any(fnmatchcase(value, p) for p in values):
             return False
     return True
+
+
+def could_match(select: Selector, pf: Candidate) -> bool:
+    """Whether ``pf`` matches each key ``select`` gives that it has an answer to now:
+    what it lacks (no driver bound yet, so no netdev either) is not held against it. A
+    PF that matches could match."""
+    seen = _facts(pf)
+    return matches({k: v for k, v in select.items() if seen[k] is not None}, pf)
+
+
+def _facts(pf: Candidate) -> dict[str, str | None]:
+    """What each key asks about ``pf``."""
+    return {
+        "vendor": pf.vendor,
+        "device": pf.device,
+        "driver": pf.driver,
+        "pci_path": pf.pci,
+        "name": pf.name,
+    }
 
 
 def given(select: Selector) -> list[tuple[str, Sequence[str]]]:

@@ -147,11 +147,14 @@ class PfObserved(msgspec.Struct, frozen=True):
     # What other network managers declare for this PF (rdmad.managers); None: not looked
     # at (a hand-built snapshot).
     managers: PfManagers | None = None
-    # udevd runs and has not yet processed the PF's netdev (no udev database entry), so
-    # its rename may still come; read only while the netdev is down: before Linux 6.2
-    # the kernel refuses to rename an interface that is up (EBUSY), and udev before
-    # systemd 253 does not try, so setting it up is what would hurt
-    # (rdmad.reconcile.sriov.PF_UP_DRIVERS).
+    # udevd runs and has not yet processed the PF (no udev database entry for it):
+    # * with no driver bound, its PCI device: the driver its modalias names may still be
+    #   loaded (at boot, before coldplug reached it), and a [[sriov]] selector it could
+    #   match waits for it (rdmad.reconcile.resolve);
+    # * with a driver, its netdev, read only while that is down: its rename may still
+    #   come, and before Linux 6.2 the kernel refuses to rename an interface that is up
+    #   (EBUSY), and udev before systemd 253 does not try, so setting it up is what would
+    #   hurt (rdmad.reconcile.sriov.PF_UP_DRIVERS).
     udev_pending: bool = False
 
     def vf(self, index: int) -> VfObserved | None:

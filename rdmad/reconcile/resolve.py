@@ -6,7 +6,8 @@ each declaration means, each VF's settings, and each MAC as a literal. Pure: no 
   its own object, named by its PCI address (``sriov pci=0000:3b:00.0``, the name a
   literal ``pf = { pci = ... }`` gives it, so status and history do not change when a
   node's file moves to selectors). A selector that matches no PF here is converged with
-  a note saying so.
+  a note saying so; but a PF with no driver that udev has not processed yet (at boot)
+  and that a selector could match once it has one waits under that name.
 * **One declaration per PF.** A literal ``pf`` wins over a selector for the PF it names
   (a node-specific drop-in overrides the fleet's file for one PF); the selector still
   applies to its other PFs. Two selectors that match one PF are refused on that PF,
@@ -36,6 +37,7 @@ from rdmad.model import (
     PfRef,
     SriovSpec,
     VfSpec,
+    Waiting,
 )
 from rdmad.model.desired import REST, MacDerive, PfSelect, VfBlock, vf_range
 from rdmad.reconcile.macs import MACHINE_ID, derive_mac, usable_perm_mac
@@ -97,8 +99,17 @@ def matches(select: PfSelect, pf: PfObserved) -> bool:
     driver, PCI address and netdev name as shell patterns. A PF that lacks what a key
     asks about (no driver bound, no netdev, not PCI) does not match it. The rule is
     ``rdmad.pfselect``'s, which rdmad-ctl doctor applies too."""
-    facts = pfselect.Candidate(pf.pci, pf.vendor, pf.device, pf.driver, pf.netdev)
-    return pfselect.matches(select.selector(), facts)
+    return pfselect.matches(select.selector(), _candidate(pf))
+
+
+def could_match(select: PfSelect, pf: PfObserved) -> bool:
+    """Whether ``pf`` could match once it has what it lacks now (a driver, a netdev):
+    ``rdmad.pfselect.could_match``."""
+    return pfselect.could_match(select.selector(), _candidate(pf))
+
+
+def _candidate(pf: PfObserved) -> pfselect.Candidate:
+    return pfselect.Candidate(pf.pci, pf.vendor, pf.device, pf.driver, pf.netdev)
 
 
 def resolve(desired: Desired, observed: Observed) -> Resolution:
@@ -135,6 +146,7 @@ def resolve(desired: Desired, observed: Observed) -> Resolution:
                 others.append(_contested(pf, rivals))
         if not mine:
             others.append(_unmatched(spec, select, observed, literal, claims))
+    others.extend(_awaited(desired, observed, literal, claims))
     return Resolution(_unique_macs(targets), tuple(others))
 
 
@@ -172,7 +184,13 @@ def _unmatched(
     hits = [pf.pci for pf in observed.pfs if matches(select, pf)]
     taken = [p for p in hits if p in literal]
     contested = [p for p in hits if len(claims.get(p, [])) > 1]
-    if not hits:
+    later = [pf.pci for pf in _unprocessed(observed, literal, claims) if could_match(select, pf)]
+    if not hits and later:
+        why = (
+            f"no PF matches {select.describe()} yet; {', '.join(later)} may once its "
+            "driver is bound (each waits as an object of its own)"
+        )
+    elif not hits:
         why = f"no PF matches {select.describe()} on this node: nothing to do"
     else:
         parts = []
@@ -185,6 +203,46 @@ def _unmatched(
         why = f"the PFs {select.describe()} matches are {'; '.join(parts)}: nothing else to do"
     desired = {"select": select.key(), "numvfs": spec.numvfs, "matches": hits}
     return SelectorOutcome(spec.obj, Note(spec.obj, why), desired)
+
+
+def _awaited(
+    desired: Desired,
+    observed: Observed,
+    literal: dict[str, SriovSpec],
+    claims: dict[str, list[SriovSpec]],
+) -> list[SelectorOutcome]:
+    """Each PF with no driver bound that udev has not processed yet (at boot, before
+    coldplug reached it: its driver may still be loaded) and that a selector could match
+    once a driver is bound: it waits, under the name it gets when it matches, so that
+    the node does not read converged before then. Once udev has processed it, a PF
+    with no driver matches no ``driver`` or ``name`` key, as documented."""
+    out = []
+    for pf in _unprocessed(observed, literal, claims):
+        could = [s.select for s in desired.sriov if s.select and could_match(s.select, pf)]
+        if not could:
+            continue
+        obj = f"sriov {PfRef(pci=pf.pci).key()}"
+        why = (
+            f"{pf.pci} has no driver bound yet and udev has not processed it (at boot): "
+            f"{' or '.join(select.describe() for select in could)} may match it once one is"
+        )
+        names = " and ".join(select.key() for select in could)
+        out.append(
+            SelectorOutcome(obj, Waiting(obj, why), {"pf": f"pci={pf.pci}", "select": names})
+        )
+    return out
+
+
+def _unprocessed(
+    observed: Observed, literal: dict[str, SriovSpec], claims: dict[str, list[SriovSpec]]
+) -> list[PfObserved]:
+    """The PFs with no driver bound that udev has not processed yet, and that neither a
+    literal ``pf`` nor a selector has now."""
+    return [
+        pf
+        for pf in observed.pfs
+        if pf.driver is None and pf.udev_pending and pf.pci not in literal and pf.pci not in claims
+    ]
 
 
 # --- VFs ---------------------------------------------------------------------------------

@@ -73,7 +73,11 @@ def plan_sriov(
     if pf.driver is None:
         # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
         # bind event starts the next pass, so waiting costs nothing.
-        return [Waiting(obj, f"{pf.pci} has no driver bound (PF driver unloaded?)")]
+        if pf.udev_pending:
+            why = f"{pf.pci} has no driver bound yet: udev has not processed it (at boot)"
+        else:
+            why = f"{pf.pci} has no driver bound (PF driver unloaded?)"
+        return [Waiting(obj, why)]
     # Before VFs are made: the eSwitch mode decides their vports and representors,
     # autoprobe their binding.
     # A VF whose MAC could not be had (not derivable here, not unique) says so first.

@@ -354,3 +354,23 @@ def test_a_pf_netdev_udev_has_not_named_yet_is_pending_until_its_entry_exists(
     assert igb(up)[0] is False  # up already: nothing rdmad would do can block a rename
     fs.write("run/udev/data/n40", "E:ID_NET_DRIVER=igb\n")
     assert igb(down)[0] is False
+
+
+def test_a_pf_with_no_driver_is_pending_until_udev_has_processed_its_pci_device(
+    tmp_path: Path,
+) -> None:
+    """At boot, before coldplug reached it: udev loads the driver its modalias names."""
+    fs = FakeSysfs(tmp_path)
+    fs.pf("0000:01:00.0", "", 7, vendor="0x8086", device="0x10c9")  # no driver bound
+
+    def pending() -> dict[str, bool]:
+        obs = observe(Sysfs(tmp_path), {})
+        return {p.pci: p.udev_pending for p in obs.pfs}
+
+    assert pending() == {"0000:01:00.0": False}  # no udevd (a container)
+    fs.write("run/udev/control", "")
+    assert pending() == {"0000:01:00.0": True}
+    obs = observe(Sysfs(tmp_path), {})
+    assert observe_changed(Sysfs(tmp_path), obs, [], None) is None  # a full look each pass
+    fs.write("run/udev/data/+pci:0000:01:00.0", "E:ID_VENDOR_FROM_DATABASE=Intel Corporation\n")
+    assert pending() == {"0000:01:00.0": False}  # processed, and still no driver

@@ -265,3 +265,56 @@ def test_a_link_file_with_sriov_holds_the_pf_until_the_config_owns_it(guest: Gue
     assert g.numvfs(pf) == 2
     taken = objects(g)[obj]
     assert taken["state"] == "converged" and "overrides" in json.dumps(taken), taken
+
+
+DRIVER_SELECTOR = """\
+[daemon]
+drift_interval = "1h"
+
+[[sriov]]
+select = { driver = "igb" }
+numvfs = 2
+"""
+
+
+def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Guest) -> None:
+    """At boot, before coldplug reached it, a PF has no driver bound yet and udev has not
+    processed it: a `driver` selector matched nothing, the node read converged, and a
+    unit ordered after rdmad-wait-converged could start before its VFs (issue 61). Shown
+    without a reboot: udevd's queue stopped, its database entry for the PF gone (as /run
+    is at boot), igb unloaded. The PF waits, under the name it gets when it matches, and
+    `rdmad-ctl wait` does not pass; once udev has processed the PF's "add" (loading igb
+    for it), rdmad restores its VFs."""
+    g = guest
+    assert g.install_rdmad().unit_installed
+    g.run("rm -rf /etc/rdmad /var/lib/rdmad")
+    pf = g.igb_pf()
+    obj = f"sriov pci={pf}"
+    start(g, DRIVER_SELECTOR)
+    wait_converged(g, 180)
+    assert g.numvfs(pf) == 2
+    assert g.exists(f"/run/udev/data/+pci:{pf}")  # udev's entry for the PF, as rdmad reads it
+    g.check("udevadm settle --timeout=60 && udevadm control --stop-exec-queue")
+    try:
+        # rtnetlink tells rdmad the netdevs went (udev's events wait in its queue).
+        g.check(f"rm /run/udev/data/+pci:{pf} && modprobe -r igb", timeout=120)
+        g.wait_until(
+            lambda: objects(g).get(obj, {}).get("state") == "pending",
+            timeout=120,
+            interval=0.5,
+            what=f"{obj} waiting for udev",
+        )
+        doc = objects(g)
+        assert "udev has not processed it" in json.dumps(doc[obj]), doc[obj]
+        selector = doc["sriov select:driver=igb"]
+        assert selector["state"] == "converged" and f"{pf} may once" in json.dumps(selector)
+        waited = ctl(g, "wait", "--within", "2")
+        assert waited.rc == 1 and "not converged" in waited.err, waited.describe()
+        g.check("udevadm control --start-exec-queue")
+        g.check(f"udevadm trigger --action=add /sys/bus/pci/devices/{pf}")
+        g.check("udevadm settle --timeout=120")
+        g.wait_until(lambda: g.numvfs(pf) == 2, timeout=120, interval=0.5, what="VFs restored")
+        wait_converged(g, 120)
+        assert objects(g)[obj]["state"] == "converged"
+    finally:  # whatever failed, the guest's udevd runs its queue and igb is loaded
+        g.run("udevadm control --start-exec-queue; modprobe igb")

@@ -135,6 +135,73 @@ def test_a_selector_that_matches_nothing_is_converged_with_a_note() -> None:
     assert detail.desired["select"] == "select:vendor=8086,device=10c9"
 
 
+# At boot, before coldplug reached it: no driver bound, so no netdev either.
+UNPROBED = replace(
+    IGB, driver=None, netdev=None, ifindex=None, mac=None, perm_mac=None, driver_module=None
+)
+
+
+def statuses(d: Desired, obs: Observed) -> dict[str, tuple[ObjectState, str]]:
+    return {
+        s.obj: (s.state, s.message)
+        for s in summarize(declared_objects(d, obs), plan(d, obs, PlanState()))
+    }
+
+
+@pytest.mark.parametrize(
+    "select", [{"driver": "igb"}, {"name": "enp*"}, {"driver": "igb", "vendor": "8086"}]
+)
+def test_a_pf_udev_has_not_processed_waits_for_a_selector_it_could_match(
+    select: dict[str, object],
+) -> None:
+    """Issue 61 (a unit consumers wait on): with a driver or name selector, a PF whose
+    driver udev has not loaded yet matched nothing, so the node read converged at boot
+    before coldplug reached it, and a consumer ordered after rdmad-wait-converged
+    started before its VFs. It waits now, under the name it gets when it matches."""
+    d = desired({"select": select, "numvfs": 4})
+    pending = replace(UNPROBED, udev_pending=True)
+    got = statuses(d, node(CX5_0, pending))
+    state, why = got["sriov pci=0000:01:00.0"]
+    assert state is ObjectState.PENDING, got
+    assert why.startswith("0000:01:00.0 has no driver bound yet and udev has not processed it")
+    [selector] = [o for o in got if o.startswith("sriov select:")]
+    assert got[selector][0] is ObjectState.CONVERGED
+    assert "yet; 0000:01:00.0 may once its driver is bound" in got[selector][1]
+    assert not node_converged(d, node(CX5_0, pending))
+    # Once udev has processed it, a PF with no driver matches nothing, as documented.
+    assert set(statuses(d, node(CX5_0, UNPROBED))) == {selector}
+    assert node_converged(d, node(CX5_0, UNPROBED))
+    # Its driver bound: the selector's own PF, planned.
+    actions = plan(d, node(CX5_0, IGB), PlanState())
+    assert any(isinstance(a, SetNumVfs) and a.obj == "sriov pci=0000:01:00.0" for a in actions)
+
+
+def test_a_pf_udev_has_not_processed_is_not_waited_for_by_a_selector_it_cannot_match() -> None:
+    pending = replace(UNPROBED, udev_pending=True)
+    for select in (
+        {"vendor": "15b3"},
+        {"driver": "igb", "device": "1593"},
+        {"pci_path": "0000:3b:*"},
+    ):
+        d = desired({"select": select, "numvfs": 2})
+        assert "sriov pci=0000:01:00.0" not in statuses(d, node(CX5_0, pending)), select
+    # A selector that matches it already (vendor and device are read without a driver)
+    # has it as a target, which waits for the driver as a literal pf does.
+    d = desired({"select": {"vendor": "8086", "device": "10c9"}, "numvfs": 2})
+    state, why = statuses(d, node(pending))["sriov pci=0000:01:00.0"]
+    assert state is ObjectState.PENDING
+    assert why == "0000:01:00.0 has no driver bound yet: udev has not processed it (at boot)"
+    # A literal pf names it: its own declaration, no selector's.
+    d = desired(
+        {"pf": {"pci": "0000:01:00.0"}, "numvfs": 2}, {"select": {"driver": "igb"}, "numvfs": 2}
+    )
+    assert list(statuses(d, node(pending))) == ["sriov pci=0000:01:00.0", "sriov select:driver=igb"]
+
+
+def node_converged(d: Desired, obs: Observed) -> bool:
+    return all(state is ObjectState.CONVERGED for state, _ in statuses(d, obs).values())
+
+
 def test_each_matched_pf_is_planned_as_its_own_object() -> None:
     d = desired({"select": {"vendor": "15b3"}, "numvfs": 4})
     obs = node(replace(CX5_0, numvfs=0, vfs=()), replace(CX5_1, numvfs=0, vfs=()))

@@ -390,7 +390,7 @@ def _pf(
         drivers_autoprobe=fn.drivers_autoprobe,
         autoprobe_unread=fn.autoprobe_unread,
         operstate_up=operstate_up,
-        udev_pending=operstate_up is False and _udev_pending(sysfs, ifindex),
+        udev_pending=_udev_pending(sysfs, pci, fn.driver, ifindex, operstate_up),
         vfs=tuple(vfs),
         settings_note=settings_note,
         ib_device=ib_device,
@@ -398,12 +398,20 @@ def _pf(
     )
 
 
-def _udev_pending(sysfs: Sysfs, ifindex: int | None) -> bool:
-    """Whether udevd runs (its control socket) and has not yet written the database
-    entry of the netdev with ``ifindex``: it has not processed (named) it yet."""
-    if ifindex is None or not sysfs.exists(UDEV_CONTROL):
+def _udev_pending(
+    sysfs: Sysfs, pci: str, driver: str | None, ifindex: int | None, up: bool | None
+) -> bool:
+    """Whether udevd runs (its control socket) and has not yet processed the PF: with no
+    driver bound, the PCI device (no database entry ``+pci:ADDRESS``: the module its
+    modalias names may still be loaded for it); with one, its netdev while that is down
+    (no entry ``nIFINDEX``: it has not named it yet)."""
+    if driver is None and not sysfs.is_netdevsim(pci):
+        entry = f"+pci:{pci}"
+    elif driver is not None and ifindex is not None and up is False:
+        entry = f"n{ifindex}"
+    else:
         return False
-    return not sysfs.exists(f"run/udev/data/n{ifindex}")
+    return sysfs.exists(UDEV_CONTROL) and not sysfs.exists(f"run/udev/data/{entry}")
 
 
 def _pause_record(
