@@ -185,10 +185,25 @@ def _unmatched(
     taken = [p for p in hits if p in literal]
     contested = [p for p in hits if len(claims.get(p, [])) > 1]
     later = [pf.pci for pf in _unprocessed(observed, literal, claims) if could_match(select, pf)]
+    # PFs with no driver bound that udev has processed (a driver unloaded, or none
+    # loaded for them): nothing to wait for, but what status says must name them.
+    unbound = [
+        pf.pci
+        for pf in observed.pfs
+        if pf.driver is None
+        and pf.pci not in later
+        and pf.pci not in literal
+        and could_match(select, pf)
+    ]
     if not hits and later:
         why = (
             f"no PF matches {select.describe()} yet; {', '.join(later)} may once its "
             "driver is bound (each waits as an object of its own)"
+        )
+    elif not hits and unbound:
+        why = (
+            f"no PF matches {select.describe()} on this node now; {', '.join(unbound)} "
+            "has no driver bound and may match once one is: nothing to do until then"
         )
     elif not hits:
         why = f"no PF matches {select.describe()} on this node: nothing to do"

@@ -283,8 +283,9 @@ def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Gues
     unit ordered after rdmad-wait-converged could start before its VFs (issue 61). Shown
     without a reboot: udevd's queue stopped, its database entry for the PF gone (as /run
     is at boot), igb unloaded. The PF waits, under the name it gets when it matches, and
-    `rdmad-ctl wait` does not pass; once udev has processed the PF's "add" (loading igb
-    for it), rdmad restores its VFs."""
+    `rdmad-ctl wait` does not pass; once udev has processed the PF (its "unbind"), it
+    is no longer waited for and the selector's note names it; once udev has processed
+    its "add" (loading igb for it), rdmad restores its VFs."""
     g = guest
     assert g.install_rdmad().unit_installed
     g.run("rm -rf /etc/rdmad /var/lib/rdmad")
@@ -310,7 +311,19 @@ def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Gues
         assert selector["state"] == "converged" and f"{pf} may once" in json.dumps(selector)
         waited = ctl(g, "wait", "--within", "2")
         assert waited.rc == 1 and "not converged" in waited.err, waited.describe()
-        g.check("udevadm control --start-exec-queue")
+        # udevd runs its queue: the PF's "unbind" writes its entry again, and no event
+        # there loads igb. Processed, with no driver: nothing to wait for, and the
+        # selector's note names the PF.
+        g.check("udevadm control --start-exec-queue && udevadm settle --timeout=120")
+        g.wait_until(
+            lambda: obj not in objects(g),
+            timeout=120,
+            interval=0.5,
+            what=f"{obj} no longer waiting once udev processed it",
+        )
+        note = objects(g)["sriov select:driver=igb"]
+        assert note["state"] == "converged", note
+        assert f"{pf} has no driver bound and may match once one is" in json.dumps(note), note
         g.check(f"udevadm trigger --action=add /sys/bus/pci/devices/{pf}")
         g.check("udevadm settle --timeout=120")
         g.wait_until(lambda: g.numvfs(pf) == 2, timeout=120, interval=0.5, what="VFs restored")

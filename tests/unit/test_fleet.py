@@ -168,8 +168,14 @@ def test_a_pf_udev_has_not_processed_waits_for_a_selector_it_could_match(
     assert got[selector][0] is ObjectState.CONVERGED
     assert "yet; 0000:01:00.0 may once its driver is bound" in got[selector][1]
     assert not node_converged(d, node(CX5_0, pending))
-    # Once udev has processed it, a PF with no driver matches nothing, as documented.
-    assert set(statuses(d, node(CX5_0, UNPROBED))) == {selector}
+    # Once udev has processed it, a PF with no driver matches nothing, as documented;
+    # the selector's note names it (a driver unloaded, or none loaded for it).
+    processed = statuses(d, node(CX5_0, UNPROBED))
+    assert set(processed) == {selector}
+    assert processed[selector][0] is ObjectState.CONVERGED
+    assert processed[selector][1].endswith(
+        "0000:01:00.0 has no driver bound and may match once one is: nothing to do until then"
+    )
     assert node_converged(d, node(CX5_0, UNPROBED))
     # Its driver bound: the selector's own PF, planned.
     actions = plan(d, node(CX5_0, IGB), PlanState())
