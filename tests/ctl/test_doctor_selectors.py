@@ -88,6 +88,26 @@ def test_a_selector_that_matches_nothing_here_is_info(tmp_path: Path) -> None:
     assert "sriov           info    no declared PF here: 1 selector(s), nothing to do" in table.out
 
 
+def test_a_pf_with_no_driver_a_selector_could_match_is_named(tmp_path: Path) -> None:
+    """As the daemon's note says it: a driver unloaded (or none loaded for it) leaves a
+    PF that a `driver` selector matches once it is bound again."""
+    fs = FakeSysfs(tmp_path / "root")
+    fs.pf(IGB, "", totalvfs=7, vendor="0x8086", device="0x10c9")  # no driver bound
+    toml = '[[sriov]]\nselect = { driver = "igb" }\nnumvfs = 2\n'
+    sriov = checks(tmp_path, toml)["sriov"]
+    assert sriov.status == "info"
+    assert sriov.evidence == (
+        f"select:driver=igb: matches no PF here now (driver igb); {IGB} has no driver bound "
+        "and may match once one is: nothing to do until then",
+    )
+    # A selector it cannot match (another vendor's) says nothing of it.
+    toml = '[[sriov]]\nselect = { vendor = "15b3", driver = "mlx5_core" }\nnumvfs = 2\n'
+    assert checks(tmp_path, toml)["sriov"].evidence == (
+        "select:vendor=15b3,driver=mlx5_core: matches no PF here (vendor 15b3, driver "
+        "mlx5_core): nothing to do",
+    )
+
+
 def test_patterns_ids_and_netdev_names_as_the_daemon_reads_them(tmp_path: Path) -> None:
     fleet_node(tmp_path / "root")
     toml = (
