@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 
 from tests.agent.test_daemon_process import Systemd, api_get
 from tests.reliability.conftest import root_only
+from tests.support.netns import owned_netns
 
 REPO = Path(__file__).resolve().parents[2]
 STORM_CYCLES = 500  # a veth pair added and deleted: 20 uevents (2 netdevs, 4 queues each way)
@@ -126,9 +126,13 @@ def ip_batch(netns: str, lines: list[str]) -> None:
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    netns = f"rdmad-load-{uuid.uuid4().hex[:8]}"
+    with owned_netns() as netns:
+        yield from _daemon_in(netns, tmp_path)
+
+
+def _daemon_in(netns: str, tmp_path: Path) -> Iterator[Daemon]:
+    """`rdmad run` inside ``netns`` (a veth pair there), stopped after the test."""
     short = Path(tempfile.mkdtemp(prefix="rdmad-l-", dir="/tmp"))
-    subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
     proc = None
     try:
         ip_batch(netns, ["link add fl0 type veth peer name fl1", "link set fl0 up"])
@@ -162,7 +166,6 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(10)
-        subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)
         shutil.rmtree(short, ignore_errors=True)
 
 

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from rdmad.tomlcompat import tomllib
 from tests.api.conftest import ApiFactory, as_nobody
 from tests.reliability.conftest import NOBODY, as_uid, root_only
 from tests.support.fakesysfs import DEV, FakeSysfs, mlx5_node
+from tests.support.netns import owned_netns
 
 REPO = Path(__file__).resolve().parents[2]
 MUTATIONS = (
@@ -294,9 +294,7 @@ HOSTILE = tuple(name for pair in PAIRS for name in pair)
 
 @pytest.fixture
 def hostile_netns() -> Iterator[str]:
-    name = f"rdmad-rel-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-    try:
+    with owned_netns() as name:
         for a, b in PAIRS:
             subprocess.run(
                 ["ip", "-n", name, "link", "add", a, "type", "veth", "peer", "name", b],
@@ -308,8 +306,6 @@ def hostile_netns() -> Iterator[str]:
                     ["ip", "-n", name, "link", "set", dev, "up"], check=True, capture_output=True
                 )
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
 OBSERVE_NAMES = """
