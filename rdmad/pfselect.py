@@ -95,6 +95,20 @@ def could_match(select: Selector, pf: Candidate) -> bool:
     return matches({k: v for k, v in select.items() if seen[k] is not None}, pf)
 
 
+def unbound(select: Selector, pfs: Iterable[Candidate]) -> list[str]:
+    """The addresses of the PFs among ``pfs`` with no driver bound that ``select`` could
+    match once one is (in ``pfs``'s order): what the daemon's note and the doctor name
+    for a selector that matches none."""
+    return [pf.pci for pf in pfs if pf.driver is None and could_match(select, pf)]
+
+
+def unbound_words(pcis: Sequence[str]) -> str:
+    """How the daemon's note and the doctor say ``unbound``'s PFs."""
+    return (
+        f"{', '.join(pcis)} has no driver bound and may match once one is: nothing to do until then"
+    )
+
+
 def _facts(pf: Candidate) -> dict[str, str | None]:
     """What each key asks about ``pf``."""
     return {

@@ -112,16 +112,11 @@ def declared_pfs(fs: Root, cfg: dict[str, Any]) -> Declared:
         pfs += [DeclaredPf(entry, name, dev, name) for dev in mine]
         if mine:
             continue
-        unbound = [
-            pf.pci
-            for pf in present
-            if pf.driver is None and pf.pci not in literal and pfselect.could_match(select, pf)
-        ]
+        unbound = pfselect.unbound(select, [pf for pf in present if pf.pci not in literal])
         if not hits and unbound:
             idle.append(
                 f"{name}: matches no PF here now ({pfselect.describe(select)}); "
-                f"{', '.join(unbound)} has no driver bound and may match once one is: "
-                "nothing to do until then"
+                f"{pfselect.unbound_words(unbound)}"
             )
         elif not hits:
             idle.append(f"{name}: matches no PF here ({pfselect.describe(select)}): nothing to do")

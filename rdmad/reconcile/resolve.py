@@ -184,17 +184,13 @@ def _unmatched(
     hits = [pf.pci for pf in observed.pfs if matches(select, pf)]
     taken = [p for p in hits if p in literal]
     contested = [p for p in hits if len(claims.get(p, [])) > 1]
-    later = [pf.pci for pf in _unprocessed(observed, literal, claims) if could_match(select, pf)]
-    # PFs with no driver bound that udev has processed (a driver unloaded, or none
-    # loaded for them): nothing to wait for, but what status says must name them.
-    unbound = [
-        pf.pci
-        for pf in observed.pfs
-        if pf.driver is None
-        and pf.pci not in later
-        and pf.pci not in literal
-        and could_match(select, pf)
-    ]
+    free = [_candidate(pf) for pf in observed.pfs if pf.pci not in literal]
+    driverless = pfselect.unbound(select.selector(), free)
+    # Those udev has not processed yet wait as objects of their own (``_awaited``); the
+    # others (a driver unloaded, or none loaded for them) are nothing to wait for, but
+    # what status says must name them.
+    later = [pf.pci for pf in _unprocessed(observed, literal, claims) if pf.pci in driverless]
+    unbound = [pci for pci in driverless if pci not in later]
     if not hits and later:
         why = (
             f"no PF matches {select.describe()} yet; {', '.join(later)} may once its "
@@ -202,8 +198,7 @@ def _unmatched(
         )
     elif not hits and unbound:
         why = (
-            f"no PF matches {select.describe()} on this node now; {', '.join(unbound)} "
-            "has no driver bound and may match once one is: nothing to do until then"
+            f"no PF matches {select.describe()} on this node now; {pfselect.unbound_words(unbound)}"
         )
     elif not hits:
         why = f"no PF matches {select.describe()} on this node: nothing to do"
