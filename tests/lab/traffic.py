@@ -147,6 +147,36 @@ class Counters:
 
 
 RPING_ROUNDS = 5
+
+# rping's last line on stderr when it lost its own teardown race: its CM thread blocks
+# reading the event channel that the main thread then destroys, and, if main gets there
+# before the process exits, the read fails with EBADF and rping exits 255 after a run
+# that succeeded. rdma-core fixed it in 2025 (its pull request 1622: an eventfd tells
+# the thread to stop); Debian 12's rdma-core 44 has the race.
+TEARDOWN_RACE = "rdma_get_cm_event: Bad file descriptor"
+# What else an rping client may say on stderr in a run that succeeded.
+_CLIENT_NOISE = frozenset({"client DISCONNECT EVENT..."})
+
+
+def rping_verdict(rc: int, out: str, err: str) -> str | None:
+    """None when the rping client's run succeeded, TEARDOWN_RACE when it did and then lost
+    the race above, otherwise what went wrong.
+
+    The race is forgiven only when every round's ping data came back (with ``-V`` a
+    round whose data differs prints "data mismatch!" and none of its own line) and the
+    race's message, last, is all rping said besides its disconnect notice.
+    """
+    rounds = [line for line in out.splitlines() if line.startswith("ping data: rdma-ping-")]
+    if len(rounds) != RPING_ROUNDS:
+        return f"{len(rounds)} of {RPING_ROUNDS} rounds came back verified"
+    if rc == 0:
+        return None
+    said = [line.strip() for line in err.splitlines() if line.strip()]
+    if rc == 255 and said[-1:] == [TEARDOWN_RACE] and set(said[:-1]) <= _CLIENT_NOISE:
+        return TEARDOWN_RACE
+    return f"exit status {rc}"
+
+
 PINGPONG_ITERS = 50
 
 
@@ -169,14 +199,15 @@ def rdma_cm_traffic(g: Guest, timeout: float = 90.0) -> str:
             f"timeout -k 5 {timeout:.0f} rping -c -a {ADDR_B} -I {ADDR_A} -C {RPING_ROUNDS} -v -V",
             timeout=timeout + 60,
         )
-        if not res.ok:
+        verdict = rping_verdict(res.rc, res.out, res.err)
+        if verdict is not None and verdict != TEARDOWN_RACE:
             cm = g.run("rdma res show cm_id; rdma res show qp").out
             raise AssertionError(
-                f"rdma_cm (rping) from {ADDR_A} to {ADDR_B} failed: {res.describe()}\n"
-                f"rdma res show cm_id / qp:\n{cm}"
+                f"rdma_cm (rping) from {ADDR_A} to {ADDR_B} failed ({verdict}): "
+                f"{res.describe()}\nrdma res show cm_id / qp:\n{cm}"
             )
-        rounds = [line for line in res.out.splitlines() if line.startswith("ping data: rdma-ping-")]
-        assert len(rounds) == RPING_ROUNDS, res.describe()
+        if verdict == TEARDOWN_RACE:
+            log(f"rping: every round crossed and was verified; then {TEARDOWN_RACE} (rc 255)")
         return res.out
     finally:
         g.stop_unit(server)
