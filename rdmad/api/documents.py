@@ -30,6 +30,9 @@ class DaemonFacts(msgspec.Struct, frozen=True):
     pid: int
     started_at: float | None
     api_notes: tuple[str, ...] = ()  # the API's own problems (e.g. the socket is root-only)
+    # For ``?wait=`` only: whether a pass that began after the request answered it (its
+    # verdict is the document's); False: the document is an older pass's. None: not asked.
+    answered: bool | None = None
 
 
 def converged(snap: StatusSnapshot) -> bool:
@@ -81,6 +84,7 @@ def _status_head(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
         "version": __version__,
         "summary": snap.summary(),
         "converged": converged(snap),
+        **({} if facts.answered is None else {"answered": facts.answered}),
         "verdict": snap.verdict().to_json(),
         "daemon": {
             "pid": facts.pid,

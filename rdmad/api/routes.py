@@ -83,15 +83,29 @@ class Routes:
     # --- reads -----------------------------------------------------------------------------
 
     async def status(self, request: web.Request) -> web.Response:
-        """The status now; with ``?wait=S``, once the node is converged or S seconds
-        have passed, whichever is first (``rdmad-ctl wait``: no polling)."""
+        """The status now, as the last pass left it; with ``?wait=S``, once a pass that
+        began after the request says the node is converged, or S seconds have passed,
+        whichever is first (``rdmad-ctl wait``: no polling).
+
+        A wait asks for a pass of its own (a trigger, coalesced with whatever else is
+        queued, as /v1/plan's): the last pass's verdict may predate what the caller
+        just did (`modprobe igb`, a value set by hand that only the drift check would
+        see) or news rdmad has not read yet, and "converged" must mean the node now.
+        """
         try:
             wait = docs.wait_seconds(request.query, 0.0, STATUS_WAIT_MAX)
         except docs.BadQuery as exc:
             raise ApiError(400, str(exc)) from None
+        answered: bool | None = None
         if wait > 0:
-            await self._wait(lambda: self.store.current.converged, wait)
-        facts = docs.DaemonFacts(os.getpid(), self._daemon_started_at(), self.api_notes)
+            number = self.queue.put(Trigger("api", "wait"))
+
+            def fresh() -> bool:
+                return self.store.current.answered >= number
+
+            await self._wait(lambda: fresh() and self.store.current.converged, wait)
+            answered = fresh()
+        facts = docs.DaemonFacts(os.getpid(), self._daemon_started_at(), self.api_notes, answered)
         snap = self.store.current
         cached = self._status_body
         if cached is None or cached[0] is not snap or cached[1] != facts:

@@ -102,16 +102,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "examples:\n  rdmad-ctl wait\n  rdmad-ctl wait --within 300 && srun ...\n"
         "  systemctl start rdmad-wait-converged   # the unit consumers order after\n\n"
         "Returns as soon as rdmad's verdict is converged: every declared object\n"
-        "converged or unsupported-by-driver, after at least one pass (what `status`\n"
-        "exits 0 on). No polling: the daemon answers when a pass gets there. While it\n"
-        "waits on a terminal it says what is still missing every few seconds. When\n"
-        "--within (default 120) passes first it prints the status of what is not\n"
-        "converged and exits 1; exit 3 when rdmad is not running or stops while\n"
-        "waiting (order a unit after rdmad.service, or start it first). A request\n"
-        "rdmad answers late (right after start, its web server still loading) is\n"
-        "asked again while --within lasts; exit 5 only if no answer came. Read-only:\n"
-        "needs root or the API's read group. rdmad-wait-converged.service runs it at\n"
-        "boot: units that need RDMA order after it (Wants= or Requires= and After=).",
+        "converged or unsupported-by-driver (what `status` exits 0 on), said by a\n"
+        "pass that began after this asked, so a change made just before (modprobe,\n"
+        "a value set by hand) is in it. No polling: each request asks for a pass and\n"
+        "the daemon answers when a pass gets there (--within 0: the last pass's\n"
+        "verdict, without asking for one). While it waits on a terminal it says\n"
+        "what is still missing every few seconds. When --within (default 120)\n"
+        "passes first it prints the status of what is not converged and exits 1;\n"
+        "exit 3 when rdmad is not running or stops while waiting (order a unit\n"
+        "after rdmad.service, or start it first). A request rdmad answers late\n"
+        "(right after start, its web server still loading) is asked again while\n"
+        "--within lasts; exit 5 only if no answer came. Needs root or the API's\n"
+        "read group. rdmad-wait-converged.service runs it at boot: units that need\n"
+        "RDMA order after it (Wants= or Requires= and After=).",
     ),
     "reload": (
         "re-read the config (as SIGHUP / systemctl reload rdmad)",

@@ -149,7 +149,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                     ctx.warn(f"{exc}; asking again")
                 time.sleep(max(0.0, WAIT_FLOOR - (ctx.clock() - asked)))  # never a spin
                 continue
-            if doc["converged"] is True or ctx.clock() >= deadline:
+            if _converged_since_asked(doc) or ctx.clock() >= deadline:
                 break
             time.sleep(max(0.0, min(step, WAIT_FLOOR) - (ctx.clock() - asked)))
             if ctx.progress:
@@ -164,15 +164,25 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         return exits.NOT_RUNNING
     assert doc is not None  # the loop ends with an answer or raises
     waited = round(ctx.clock() - started, 3)
-    converged = doc["converged"] is True
+    converged = _converged_since_asked(doc)
     if args.json:
-        ctx.json({**doc, "waited": waited})
+        ctx.json({**doc, "converged": converged, "waited": waited})
     elif converged:
         ctx.print([f"converged after {waited:.1f} s: {printable(doc.get('summary', ''))}"])
     else:
-        ctx.warn(f"not converged within {args.within:g} s")
+        older = ("no pass has ended since this asked (is one stuck?): the status is older",)
+        ctx.warn(
+            f"not converged within {args.within:g} s",
+            *(older if doc.get("answered") is False else ()),
+        )
         ctx.print(status_lines(doc, ctx.now(), False, ctx.style, ctx.width))
     return exits.OK if converged else exits.FAIL
+
+
+def _converged_since_asked(doc: dict[str, Any]) -> bool:
+    """The verdict is converged and comes from a pass that began after the request
+    (``answered``; a daemon that predates it always answered with its last pass)."""
+    return doc["converged"] is True and doc.get("answered") is not False
 
 
 def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:

@@ -200,6 +200,39 @@ async def test_status_wait_answers_at_once_when_converged(api: Api) -> None:
     assert time.monotonic() - started < 5  # not the 30 s
 
 
+async def test_status_wait_is_answered_by_a_pass_that_looked_after_the_request(
+    api: Api,
+) -> None:
+    """The verdict a wait gets is never older than the request: rxe0 was deleted and no
+    event told the agent (as after a change rdmad hears of only at its drift check, or
+    before it has read the news of one), so the last pass's converged is stale. The
+    answer comes from a pass that began after the request: it finds rxe0 gone and makes
+    it again. Without ?wait= the status is the last pass's, as before, and says nothing
+    of answering."""
+    await until(lambda: api.agent.status.current.converged, "converged")
+    del api.host.links["rxe0"]
+    code, doc = await api.get("/v1/status")
+    assert code == 200 and doc["converged"] is True and "answered" not in doc
+    before = api.queue.total
+    code, doc = await api.get("/v1/status?wait=30")
+    assert code == 200 and doc["converged"] is True, doc
+    assert api.host.links.get("rxe0") == "eth0", "answered by the pass before the request"
+    assert doc["answered"] is True
+    assert api.agent.status.current.answered > before
+
+
+async def test_status_wait_says_when_no_pass_answered_in_time(make_api: ApiFactory) -> None:
+    """No pass answers (the agent stopped; a pass stuck on a slow write): the document
+    is the last pass's, converged as it was, with answered false, so a waiter does not
+    take an old verdict for the node's."""
+    api = await make_api()
+    await until(lambda: api.agent.status.current.converged, "converged")
+    api.agent.stop()
+    await until(lambda: api.agent.stopping, "stopped")
+    code, doc = await api.get("/v1/status?wait=0.2")
+    assert code == 200 and doc["converged"] is True and doc["answered"] is False, doc
+
+
 async def test_status_wait_answers_when_a_pass_converges_the_node(api: Api) -> None:
     """Declared rxe2 on eth9, which the host lacks: pending. A request waiting up to 30 s
     is answered by the pass that creates it once eth9 appears, not by its deadline;

@@ -379,6 +379,23 @@ def test_wait_gives_up_after_within_and_says_what_is_missing(api: ApiStub) -> No
     assert 1 <= len(api.requests) <= 5  # looks, not a spin (WAIT_FLOOR)
 
 
+def test_wait_does_not_take_a_verdict_older_than_its_request(api: ApiStub) -> None:
+    """The daemon says converged, but no pass has ended since the request (answered
+    false: one is stuck on a slow write, say): not converged, exit 1, and why."""
+    doc = fixture("status-converged.json")
+    api.json("GET /v1/status", {**doc, "answered": False})
+    result = ctl("wait", "--within", "0.6", socket=api.socket)
+    assert result.code == exits.FAIL, result
+    assert result.err.startswith("rdmad-ctl: not converged within 0.6 s\n")
+    assert "no pass has ended since this asked" in result.err
+    result = ctl("wait", "--within", "0.3", "--json", socket=api.socket)
+    assert result.code == exits.FAIL
+    out = json.loads(result.out)
+    assert out["converged"] is False and out["answered"] is False and out["waited"] >= 0.3
+    api.json("GET /v1/status", {**doc, "answered": True})
+    assert ctl("wait", "--within", "5", socket=api.socket).code == exits.OK
+
+
 def test_wait_within_0_looks_once(api: ApiStub) -> None:
     api.fixture("GET /v1/status", "status-converged.json")
     result = ctl("wait", "--within", "0", "--json", socket=api.socket)

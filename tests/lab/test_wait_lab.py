@@ -7,16 +7,21 @@ NIC: systemd started it only once rdmad said converged. Then a config the node c
 meet (an rxe link on a netdev that does not exist) and a short wait (the unit's own
 `RDMAD_WAIT_WITHIN`, from a drop-in): the wait unit fails, its journal names what is
 missing, and the consumer does not start.
+
+And `rdmad-ctl wait` right after a change rdmad has no event for: its answer comes
+from a pass made after it asked, never from the verdict of the pass before the change.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
 import pytest
+from daemon_proc import status_doc, wait_converged
 from harness import Guest
-from service import reload, write_config
+from service import reload, start, write_config
 from test_rxe_persistence import virtio_netdev
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
@@ -118,3 +123,31 @@ def test_a_consumer_starts_after_a_reboot_only_once_converged_and_not_when_it_ca
     failed_log = g.check(f"journalctl -o cat _SYSTEMD_INVOCATION_ID={invocation}")
     assert "not converged within 5 s" in failed_log, failed_log
     assert "rxe rxe1" in failed_log and MISSING in failed_log, failed_log
+
+
+def test_a_wait_is_answered_by_a_pass_made_after_it_asked(consumer_guest: Guest) -> None:
+    """sriov_drivers_autoprobe set back to 1 by hand: the kernel sends no event for it
+    and the drift check is an hour away, so the last pass's verdict (converged) is
+    older than the change. `rdmad-ctl wait` asks for a pass of its own, which finds the
+    drift and writes 0 again: when the wait returns, converged, autoprobe is 0."""
+    g = consumer_guest
+    pf = g.igb_pf()
+    autoprobe = f"/sys/bus/pci/devices/{pf}/sriov_drivers_autoprobe"
+    start(
+        g,
+        '[daemon]\ndrift_interval = "1h"\n\n'
+        f'[[sriov]]\npf = {{ pci = "{pf}" }}\nnumvfs = {NUMVFS}\nautoprobe = false\n',
+    )
+    g.wait_for(f"[ $(cat /sys/bus/pci/devices/{pf}/sriov_numvfs) = {NUMVFS} ]", timeout=120)
+    wait_converged(g, 120)
+    assert g.read(autoprobe).strip() == "0"
+
+    g.check(f"echo 1 > {autoprobe}")
+    before = status_doc(g)
+    res = g.run(["rdmad-ctl", "wait", "--within", "60", "--json"], timeout=120)
+    now = g.read(autoprobe).strip()  # as the wait returned, before anything else
+    assert res.rc == 0, res.describe()
+    assert now == "0", f"the wait said converged with autoprobe {now}: {res.out}"
+    doc = json.loads(res.out)
+    assert doc["converged"] is True and doc["answered"] is True, doc
+    assert doc["daemon"]["passes"] > before["daemon"]["passes"], (before["daemon"], doc["daemon"])
