@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 
+from rdmad import udevdb
 from rdmad.doctor.declared import Declared
 from rdmad.doctor.fs import Root
 from rdmad.doctor.pfs import PCI_DEVICES, is_netdevsim, own_netdev
@@ -55,7 +56,7 @@ def pf_facts(fs: Root, pci: str) -> PfFacts:
     if name is None:
         return PfFacts(pci, driver=driver)
     base = f"sys/class/net/{name}"
-    db = fs.read(f"run/udev/data/n{fs.read(f'{base}/ifindex')}")
+    db = fs.read(udevdb.netdev_entry(fs.read(f"{base}/ifindex") or ""))
     udev = None
     if db is not None:
         udev = dict(ln[2:].partition("=")[::2] for ln in db.splitlines() if ln.startswith("E:"))

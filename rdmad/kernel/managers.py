@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from msgspec import structs
 
+from rdmad import udevdb
 from rdmad.kernel.sysfs import CLASS_NET, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.managers import CannotRead, PfFacts, find
@@ -54,7 +55,7 @@ def pf_facts(sysfs: Sysfs, pf: PfObserved) -> PfFacts:
     base = f"{CLASS_NET}/{name}"
     udev = None
     if pf.ifindex is not None:
-        db = sysfs.read(f"run/udev/data/n{pf.ifindex}")
+        db = sysfs.read(udevdb.netdev_entry(pf.ifindex))
         if db is not None:
             udev = dict(
                 line[2:].partition("=")[::2] for line in db.splitlines() if line.startswith("E:")

@@ -31,8 +31,6 @@ _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _VF_REPRESENTOR_PORT = re.compile(r"^(?:c\d+)?pf\d+vf(\d+)$")
 CLASS_NET = "sys/class/net"
 CLASS_IB = "sys/class/infiniband"
-# udevd's control socket: where it is absent, no udevd runs (a container, a bare host).
-UDEV_CONTROL = "run/udev/control"
 
 
 class PciFunction(NamedTuple):

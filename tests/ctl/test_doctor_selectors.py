@@ -108,6 +108,40 @@ def test_a_pf_with_no_driver_a_selector_could_match_is_named(tmp_path: Path) -> 
     )
 
 
+def test_at_boot_a_pf_udev_has_not_processed_is_said_to_be_awaited(tmp_path: Path) -> None:
+    """udevd runs (its control socket) and has no entry for the PF yet: coldplug may
+    still load its driver, so the doctor says what the daemon does (it waits), for a
+    selector that could match it and for a literal pf; once udev has processed it, the
+    words of a PF that simply has no driver."""
+    root = tmp_path / "root"
+    fs = FakeSysfs(root)
+    fs.pf(IGB, "", totalvfs=7, vendor="0x8086", device="0x10c9")  # no driver bound
+    (root / "run/udev/data").mkdir(parents=True)
+    (root / "run/udev/control").write_text("")
+    toml = '[[sriov]]\nselect = { driver = "igb" }\nnumvfs = 2\n'
+    sriov = checks(tmp_path, toml)["sriov"]
+    assert sriov.status == "info"
+    assert sriov.evidence == (
+        f"select:driver=igb: matches no PF here yet (driver igb); {IGB} has no driver bound "
+        "yet and udev has not processed it (at boot): it may match once its driver is bound "
+        "(rdmad waits for it)",
+    )
+    literal = f'[[sriov]]\npf = {{ pci = "{IGB}" }}\nnumvfs = 2\n'
+    assert checks(tmp_path, literal)["sriov"].evidence == (
+        f"pf pci={IGB} ({IGB}, no driver yet: udev has not processed it (at boot)): "
+        "up to 7 VFs, autoprobe 1",
+    )
+
+    (root / f"run/udev/data/+pci:{IGB}").write_text("")  # processed: no driver for it
+    assert checks(tmp_path, toml)["sriov"].evidence == (
+        f"select:driver=igb: matches no PF here now (driver igb); {IGB} has no driver bound "
+        "and may match once one is: nothing to do until then",
+    )
+    assert checks(tmp_path, literal)["sriov"].evidence == (
+        f"pf pci={IGB} ({IGB}, no driver): up to 7 VFs, autoprobe 1",
+    )
+
+
 def test_patterns_ids_and_netdev_names_as_the_daemon_reads_them(tmp_path: Path) -> None:
     fleet_node(tmp_path / "root")
     toml = (

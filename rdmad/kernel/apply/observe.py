@@ -23,7 +23,7 @@ from typing import Literal
 
 from msgspec import structs
 
-from rdmad import modsupport
+from rdmad import modsupport, udevdb
 from rdmad.kernel.guardhook import driver_module, guard_command, observe_hook
 from rdmad.kernel.ibcore import observe_rdma_sys
 from rdmad.kernel.managers import with_managers
@@ -32,7 +32,7 @@ from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.openibd_dropin import observe_openibd
 from rdmad.kernel.pause import in_force, read_pause_record
 from rdmad.kernel.peermem_probe import PeermemProbe
-from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, UDEV_CONTROL, OnceReads, Sysfs
+from rdmad.kernel.sysfs import CLASS_IB, CLASS_NET, PCI_DEVICES, OnceReads, Sysfs
 from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.kernel.usage.holders import (
     Libvirt,
@@ -406,12 +406,12 @@ def _udev_pending(
     modalias names may still be loaded for it); with one, its netdev while that is down
     (no entry ``nIFINDEX``: it has not named it yet)."""
     if driver is None and not sysfs.is_netdevsim(pci):
-        entry = f"+pci:{pci}"
+        entry = udevdb.pci_entry(pci)
     elif driver is not None and ifindex is not None and up is False:
-        entry = f"n{ifindex}"
+        entry = udevdb.netdev_entry(ifindex)
     else:
         return False
-    return sysfs.exists(UDEV_CONTROL) and not sysfs.exists(f"run/udev/data/{entry}")
+    return udevdb.unprocessed(sysfs.exists, entry)
 
 
 def _pause_record(

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import msgspec
 import pyudev
 
-from rdmad.kernel.sysfs import UDEV_CONTROL
+from rdmad import udevdb
 
 SUBSYSTEMS = ("net", "pci", "infiniband", "infiniband_verbs", "module")
 RECEIVE_BUFFER = 128 * 1024 * 1024
@@ -72,7 +72,7 @@ RESYNC = UdevEvent("resync", "", "", "")
 
 def udevd_running(root: str = "/") -> bool:
     """udevd listens on /run/udev/control; without it no "udev" source event ever comes."""
-    return os.path.exists(os.path.join(root, UDEV_CONTROL))
+    return os.path.exists(os.path.join(root, udevdb.CONTROL))
 
 
 def default_source() -> Source:
