@@ -277,6 +277,12 @@ numvfs = 2
 """
 
 
+def doctor_sriov(g: Guest) -> str:
+    """What `rdmad-ctl doctor`'s sriov check says (its evidence), as one text."""
+    doc = json.loads(ctl(g, "doctor", "--json").out)
+    return json.dumps(next(c for c in doc["checks"] if c["check"] == "sriov"))
+
+
 def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Guest) -> None:
     """At boot, before coldplug reached it, a PF has no driver bound yet and udev has not
     processed it: a `driver` selector matched nothing, the node read converged, and a
@@ -311,6 +317,8 @@ def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Gues
         assert selector["state"] == "converged" and f"{pf} may once" in json.dumps(selector)
         waited = ctl(g, "wait", "--within", "2")
         assert waited.rc == 1 and "not converged" in waited.err, waited.describe()
+        said = doctor_sriov(g)  # the doctor reads udev's database as the daemon does
+        assert f"{pf} has no driver bound yet and udev has not processed it" in said, said
         # udevd runs its queue: the PF's "unbind" writes its entry again, and no event
         # there loads igb. Processed, with no driver: nothing to wait for, and the
         # selector's note names the PF.
@@ -324,6 +332,8 @@ def test_a_pf_udev_has_not_processed_keeps_a_driver_selector_waiting(guest: Gues
         note = objects(g)["sriov select:driver=igb"]
         assert note["state"] == "converged", note
         assert f"{pf} has no driver bound and may match once one is" in json.dumps(note), note
+        said = doctor_sriov(g)
+        assert f"{pf} has no driver bound and may match once one is" in said, said
         g.check(f"udevadm trigger --action=add /sys/bus/pci/devices/{pf}")
         g.check("udevadm settle --timeout=120")
         g.wait_until(lambda: g.numvfs(pf) == 2, timeout=120, interval=0.5, what="VFs restored")
