@@ -109,12 +109,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "verdict, without asking for one). While it waits on a terminal it says\n"
         "what is still missing every few seconds. When --within (default 120)\n"
         "passes first it prints the status of what is not converged and exits 1;\n"
-        "exit 3 when rdmad is not running or stops while waiting (order a unit\n"
-        "after rdmad.service, or start it first). A request rdmad answers late\n"
-        "(right after start, its web server still loading) is asked again while\n"
-        "--within lasts; exit 5 only if no answer came. Needs root or the API's\n"
-        "read group. rdmad-wait-converged.service runs it at boot: units that need\n"
-        "RDMA order after it (Wants= or Requires= and After=).",
+        "exit 3 when rdmad is not running (order a unit after rdmad.service, or\n"
+        "start it first). Once rdmad has answered, a restart (a crash and systemd's\n"
+        "Restart=) is waited out while --within lasts; exit 3 if it is still down\n"
+        "then. A request rdmad answers late (right after start, its web server\n"
+        "still loading) is asked again while --within lasts; exit 5 only if no\n"
+        "answer came. Needs root or the API's read group.\n"
+        "rdmad-wait-converged.service runs it at boot: units that need RDMA order\n"
+        "after it (Wants= or Requires= and After=).",
     ),
     "reload": (
         "re-read the config (as SIGHUP / systemctl reload rdmad)",

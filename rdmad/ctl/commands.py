@@ -45,6 +45,7 @@ PLAN_WAIT = 10.0  # the server waits up to 10 s for the daemon's plan (docs/API.
 # gets a progress line; a daemon that stopped answering is found within one step.
 WAIT_STEP = 5.0
 WAIT_FLOOR = 0.25  # s: the least one look takes (a daemon that answers early never spins it)
+WAIT_RESTART = 0.5  # s between asks while rdmad restarts (systemd's RestartSec= is 2 s)
 
 
 class Ctx:
@@ -124,7 +125,13 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     A request that gets no answer in time is asked again while ``--within`` lasts: right
     after READY=1 the socket takes connections before the daemon's web library is
     imported (seconds on a slow node at boot), and a unit waiting for RDMA must not fail
-    for that. Only when the time is up with no answer at all does it exit 5."""
+    for that. Only when the time is up with no answer at all does it exit 5.
+
+    rdmad not running at the first ask exits 3 at once (start it first). Once it has
+    answered, a daemon that stops answering (it crashed and systemd's ``Restart=``
+    brings it back in seconds, or it is restarting) is asked again while ``--within``
+    lasts: exit 3 only if it is still down then. A deliberate ``systemctl stop rdmad``
+    stops a unit that ``Requires=`` it, this one's included."""
     started = ctx.clock()
     deadline = started + args.within
     doc: dict[str, Any] | None = None
@@ -149,6 +156,13 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                     ctx.warn(f"{exc}; asking again")
                 time.sleep(max(0.0, WAIT_FLOOR - (ctx.clock() - asked)))  # never a spin
                 continue
+            except (NotRunning, Unavailable) as exc:
+                if doc is None or ctx.clock() >= deadline:
+                    raise
+                if ctx.progress:
+                    ctx.warn(f"rdmad stopped answering ({exc}); asking again while it restarts")
+                time.sleep(max(0.0, WAIT_RESTART - (ctx.clock() - asked)))
+                continue
             if _converged_since_asked(doc) or ctx.clock() >= deadline:
                 break
             time.sleep(max(0.0, min(step, WAIT_FLOOR) - (ctx.clock() - asked)))
@@ -156,8 +170,11 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                 left = deadline - ctx.clock()
                 ctx.warn(f"not converged yet ({left:.0f} s left): {doc.get('summary', '')}")
     except (NotRunning, Unavailable) as exc:
-        # Down, or stopping while this waited (its 503): nothing will converge now.
+        # Down at the first ask, or gone while this waited and not back in time (its
+        # 503 while it stopped): nothing will converge now.
         message = str(exc) if isinstance(exc, NotRunning) else f"rdmad stopped: {exc}"
+        if doc is not None:
+            message = f"{message} (rdmad answered earlier, then was down until --within ended)"
         ctx.warn(message, START_HINT)
         if args.json:
             ctx.json(exits.error_doc(exits.NOT_RUNNING, message))

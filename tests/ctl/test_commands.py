@@ -4,6 +4,7 @@ that every broken answer becomes one clear line and exit 1, never a traceback.""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -413,6 +414,55 @@ def test_wait_when_rdmad_is_down_or_stops_exits_3(api: ApiStub, short_dir: Path)
     result = ctl("wait", socket=api.socket)
     assert result.code == exits.NOT_RUNNING
     assert "rdmad stopped" in result.err and "the daemon is stopping" in result.err
+
+
+def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
+    """rdmad answered (not converged), then stopped (its 503 while stopping), then its
+    socket was gone (systemd's Restart= between two runs), then back, converged: exit 0,
+    not 3. A unit ordered after the wait must not fail for a restart that ends in time."""
+    api.fixture("GET /v1/status", "status-blocked.json")
+    hidden = api.socket + ".away"
+
+    def crash_then_come_back() -> None:
+        for _ in range(2000):
+            n = len(api.requests)
+            if n == 1:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+            elif n == 2 and os.path.exists(api.socket):
+                os.rename(api.socket, hidden)  # down: nothing listens at the path
+                threading.Event().wait(1.2)
+                api.fixture("GET /v1/status", "status-converged.json")
+                os.rename(hidden, api.socket)
+                return
+            threading.Event().wait(0.01)
+
+    helper = threading.Thread(target=crash_then_come_back)
+    helper.start()
+    result = ctl("wait", "--within", "30", socket=api.socket)
+    helper.join(10)
+    assert result.code == exits.OK, result
+    assert result.out.startswith("converged after"), result.out
+    assert len(api.requests) >= 3
+
+
+def test_wait_exits_3_when_rdmad_stays_down_past_within(api: ApiStub) -> None:
+    api.fixture("GET /v1/status", "status-blocked.json")
+
+    def stop_after_the_first_answer() -> None:
+        for _ in range(1000):
+            if api.requests:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+                return
+            threading.Event().wait(0.01)
+
+    helper = threading.Thread(target=stop_after_the_first_answer)
+    helper.start()
+    result = ctl("wait", "--within", "1.5", "--json", socket=api.socket)
+    helper.join(10)
+    assert result.code == exits.NOT_RUNNING, result
+    assert "answered earlier, then was down until --within ended" in result.err
+    assert json.loads(result.out)["error"]["code"] == "not-running"
+    assert 2 <= len(api.requests) <= 8  # asked again, not a spin (WAIT_RESTART)
 
 
 def test_wait_asks_again_when_an_answer_is_late_and_exits_5_only_when_none_came(

@@ -9,7 +9,8 @@ meet (an rxe link on a netdev that does not exist) and a short wait (the unit's 
 missing, and the consumer does not start.
 
 And `rdmad-ctl wait` right after a change rdmad has no event for: its answer comes
-from a pass made after it asked, never from the verdict of the pass before the change.
+from a pass made after it asked, never from the verdict of the pass before the change;
+and a wait under way rides through rdmad being killed and restarted by systemd.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import re
 import shlex
 
 import pytest
-from daemon_proc import status_doc, wait_converged
+from daemon_proc import main_pid, restarts, status_doc, wait_converged, wait_restarted
 from harness import Guest
-from service import reload, start, write_config
+from service import reload, serving_veth, start, write_config
 from test_rxe_persistence import virtio_netdev
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
@@ -151,3 +152,50 @@ def test_a_wait_is_answered_by_a_pass_made_after_it_asked(consumer_guest: Guest)
     doc = json.loads(res.out)
     assert doc["converged"] is True and doc["answered"] is True, doc
     assert doc["daemon"]["passes"] > before["daemon"]["passes"], (before["daemon"], doc["daemon"])
+
+
+WAITER_OUT, WAITER_RC = "/run/lab-waiter.out", "/run/lab-waiter.rc"
+
+
+def test_a_wait_under_way_rides_through_a_restart_of_rdmad(consumer_guest: Guest) -> None:
+    """A wait for an rxe link whose netdev does not exist yet; rdmad is killed (SIGKILL:
+    a crash) while the wait waits, and systemd's Restart= brings it back; then the
+    netdev comes and the restarted rdmad makes the link. The wait ends converged
+    (exit 0) instead of failing for the restart (exit 3) a unit ordered after it would
+    have failed with."""
+    g = consumer_guest
+    g.run(f"ip link del labw0 2>/dev/null; rm -f {WAITER_OUT} {WAITER_RC}")
+    start(
+        g,
+        '[daemon]\ndrift_interval = "1h"\n\n[[rxe]]\nname = "rxw0"\nnetdev = { name = "labw0" }\n',
+    )
+    before = status_doc(g)
+    assert before["converged"] is False, before["summary"]
+    waiter = g.start_unit(
+        "lab-waiter",
+        f"rdmad-ctl wait --within 180 > {WAITER_OUT} 2>&1; echo $? > {WAITER_RC}",
+        max_seconds=300,
+    )
+    try:
+        # Each ask of the waiter starts a pass, and it asks again only after an answer:
+        # two passes more than before mean it has had an answer (nothing else runs one).
+        g.wait_until(
+            lambda: status_doc(g)["daemon"]["passes"] >= before["daemon"]["passes"] + 2,
+            timeout=60,
+            interval=0.5,
+            what="the waiter answered once and asking again",
+        )
+        pid, restarted = main_pid(g), restarts(g)
+        g.check("systemctl kill -s KILL rdmad.service")
+        wait_restarted(g, pid)
+        assert restarts(g) > restarted, "rdmad came back, but not through systemd's Restart="
+        assert not g.exists(WAITER_RC), g.run(f"cat {WAITER_OUT}").out  # still waiting
+        serving_veth(g, "labw0", "labw0p", "10.79.9.1")
+        g.wait_until(lambda: g.exists(WAITER_RC), timeout=120, interval=0.5, what="the wait")
+        out = g.check(f"cat {WAITER_OUT}")
+        assert g.read(WAITER_RC).strip() == "0", out
+        assert out.startswith("converged after"), out
+        g.check("rdma link show rxw0/1 | grep -q 'netdev labw0'")
+    finally:
+        g.stop_unit(waiter)
+        g.run("ip link del labw0 2>/dev/null; true")
