@@ -53,6 +53,10 @@ class Unavailable(RequestFailed):
     """503: rdmad is up but cannot answer this now (it is stopping, or busy with it)."""
 
 
+class ConnectionLost(RequestFailed):
+    """The connection ended before a whole answer: rdmad stopped or died meanwhile."""
+
+
 class NoAnswer(CtlError):
     """rdmad took the connection but gave no answer in time: stuck, not just unhappy."""
 
@@ -85,7 +89,7 @@ class Response:
                 raise RequestFailed(f"rdmad's answer is too large ({size} bytes)")
             body = self._reader.read(size)
             if len(body) < size:
-                raise RequestFailed("rdmad closed the connection in the middle of its answer")
+                raise ConnectionLost("rdmad closed the connection in the middle of its answer")
             return body
         body = self._reader.read(MAX_BODY + 1)
         if len(body) > MAX_BODY:
@@ -101,7 +105,7 @@ class Response:
         while True:
             size_line = self._reader.readline(MAX_HEADER_LINE)
             if not size_line:
-                raise RequestFailed("rdmad closed the connection in the middle of its answer")
+                raise ConnectionLost("rdmad closed the connection in the middle of its answer")
             try:
                 size = int(size_line.split(b";", 1)[0].strip(), 16)
             except ValueError:
@@ -110,7 +114,7 @@ class Response:
                 return
             data = self._reader.read(size)
             if len(data) < size or self._reader.readline(MAX_HEADER_LINE) != b"\r\n":
-                raise RequestFailed("rdmad closed the connection in the middle of its answer")
+                raise ConnectionLost("rdmad closed the connection in the middle of its answer")
             yield data
 
 
@@ -204,7 +208,7 @@ class Client:
             except TimeoutError:
                 raise NoAnswer(f"rdmad did not answer {target} within {timeout:g} s") from None
             except OSError as exc:
-                raise RequestFailed(f"the connection to rdmad failed: {_strerror(exc)}") from None
+                raise _failed(exc) from None
         except BaseException:
             sock.close()
             raise
@@ -230,7 +234,16 @@ def _read_body(resp: Response, timeout: float) -> bytes:
     except TimeoutError:
         raise NoAnswer(f"rdmad did not finish its answer within {timeout:g} s") from None
     except OSError as exc:
-        raise RequestFailed(f"the connection to rdmad failed: {_strerror(exc)}") from None
+        raise _failed(exc) from None
+
+
+def _failed(exc: OSError) -> RequestFailed:
+    """A connection that failed mid-request: reset or broken by the other end is rdmad
+    gone (``ConnectionLost``), anything else a failure of its own."""
+    message = f"the connection to rdmad failed: {_strerror(exc)}"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return ConnectionLost(message)
+    return RequestFailed(message)
 
 
 def _safe_read(resp: Response) -> bytes:
@@ -243,7 +256,7 @@ def _safe_read(resp: Response) -> bytes:
 def _read_head(reader: BinaryIO) -> Response:
     status_line = reader.readline(MAX_HEADER_LINE)
     if not status_line:
-        raise RequestFailed("rdmad closed the connection without answering")
+        raise ConnectionLost("rdmad closed the connection without answering")
     parts = status_line.split(None, 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
         raise RequestFailed(f"rdmad's answer is not HTTP: {_excerpt(status_line)}")

@@ -20,6 +20,7 @@ from rdmad.ctl import offline
 from rdmad.ctl.client import (
     START_HINT,
     Client,
+    ConnectionLost,
     NoAnswer,
     NotRunning,
     RequestFailed,
@@ -156,7 +157,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                     ctx.warn(f"{exc}; asking again")
                 time.sleep(max(0.0, WAIT_FLOOR - (ctx.clock() - asked)))  # never a spin
                 continue
-            except (NotRunning, Unavailable) as exc:
+            except (NotRunning, Unavailable, ConnectionLost) as exc:
                 if doc is None or ctx.clock() >= deadline:
                     raise
                 if ctx.progress:
@@ -169,7 +170,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
             if ctx.progress:
                 left = deadline - ctx.clock()
                 ctx.warn(f"not converged yet ({left:.0f} s left): {doc.get('summary', '')}")
-    except (NotRunning, Unavailable) as exc:
+    except (NotRunning, Unavailable, ConnectionLost) as exc:
         # Down at the first ask, or gone while this waited and not back in time (its
         # 503 while it stopped): nothing will converge now.
         message = str(exc) if isinstance(exc, NotRunning) else f"rdmad stopped: {exc}"

@@ -417,9 +417,10 @@ def test_wait_when_rdmad_is_down_or_stops_exits_3(api: ApiStub, short_dir: Path)
 
 
 def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
-    """rdmad answered (not converged), then stopped (its 503 while stopping), then its
-    socket was gone (systemd's Restart= between two runs), then back, converged: exit 0,
-    not 3. A unit ordered after the wait must not fail for a restart that ends in time."""
+    """rdmad answered (not converged), then died holding the next request (the
+    connection closed with no answer), answered 503 while stopping, then its socket was
+    gone (systemd's Restart= between two runs), then back, converged: exit 0, not 3. A
+    unit ordered after the wait must not fail for a restart that ends in time."""
     api.fixture("GET /v1/status", "status-blocked.json")
     hidden = api.socket + ".away"
 
@@ -427,8 +428,10 @@ def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
         for _ in range(2000):
             n = len(api.requests)
             if n == 1:
+                api.routes["GET /v1/status"] = Reply(0)  # closed without answering
+            elif n == 2:
                 api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
-            elif n == 2 and os.path.exists(api.socket):
+            elif n == 3 and os.path.exists(api.socket):
                 os.rename(api.socket, hidden)  # down: nothing listens at the path
                 threading.Event().wait(1.2)
                 api.fixture("GET /v1/status", "status-converged.json")
@@ -442,7 +445,7 @@ def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
     helper.join(10)
     assert result.code == exits.OK, result
     assert result.out.startswith("converged after"), result.out
-    assert len(api.requests) >= 3
+    assert len(api.requests) >= 4
 
 
 def test_wait_exits_3_when_rdmad_stays_down_past_within(api: ApiStub) -> None:
