@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import yaml
 from rdmad import exits
 from rdmad.ctl import commands
 from rdmad.ctl.render.formats import table
-from tests.ctl.conftest import NOW, ApiStub, Reply, ctl, ctl_process, fixture
+from tests.ctl.conftest import NOW, ApiStub, Reply, Result, ctl, ctl_process, fixture
 
 # --- what status means for scripts ----------------------------------------------------------
 
@@ -345,6 +346,17 @@ def test_a_reader_that_goes_away_is_no_error_to_report(api: ApiStub) -> None:
 # --- wait -----------------------------------------------------------------------------------
 
 
+def ctl_beside(api: ApiStub, change: Callable[[], None], *argv: str) -> Result:
+    """`rdmad-ctl ARGV` against ``api`` while ``change`` runs in a thread beside it,
+    changing the stub's answers as the requests come."""
+    helper = threading.Thread(target=change)
+    helper.start()
+    try:
+        return ctl(*argv, socket=api.socket)
+    finally:
+        helper.join(10)
+
+
 def test_wait_returns_once_converged_and_asks_the_daemon_to_hold_the_answer(
     api: ApiStub,
 ) -> None:
@@ -359,10 +371,7 @@ def test_wait_returns_once_converged_and_asks_the_daemon_to_hold_the_answer(
                 return
             threading.Event().wait(0.01)
 
-    helper = threading.Thread(target=converge_after_the_first_request)
-    helper.start()
-    result = ctl("wait", "--within", "30", socket=api.socket)
-    helper.join(10)
+    result = ctl_beside(api, converge_after_the_first_request, "wait", "--within", "30")
     assert result.code == exits.OK, result
     assert re.fullmatch(r"converged after \d+\.\d s: .*converged.*\n", result.out), result.out
     assert len(api.requests) >= 2
@@ -439,10 +448,7 @@ def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
                 return
             threading.Event().wait(0.01)
 
-    helper = threading.Thread(target=crash_then_come_back)
-    helper.start()
-    result = ctl("wait", "--within", "30", socket=api.socket)
-    helper.join(10)
+    result = ctl_beside(api, crash_then_come_back, "wait", "--within", "30")
     assert result.code == exits.OK, result
     assert result.out.startswith("converged after"), result.out
     assert len(api.requests) >= 4
@@ -458,10 +464,7 @@ def test_wait_exits_3_when_rdmad_stays_down_past_within(api: ApiStub) -> None:
                 return
             threading.Event().wait(0.01)
 
-    helper = threading.Thread(target=stop_after_the_first_answer)
-    helper.start()
-    result = ctl("wait", "--within", "1.5", "--json", socket=api.socket)
-    helper.join(10)
+    result = ctl_beside(api, stop_after_the_first_answer, "wait", "--within", "1.5", "--json")
     assert result.code == exits.NOT_RUNNING, result
     assert "answered earlier, then was down until --within ended" in result.err
     assert json.loads(result.out)["error"]["code"] == "not-running"
@@ -487,10 +490,9 @@ def test_wait_asks_again_when_an_answer_is_late_and_exits_5_only_when_none_came(
                 return
             threading.Event().wait(0.01)
 
-    helper = threading.Thread(target=answer_after_two_requests)
-    helper.start()
-    result = ctl("--timeout", "0.2", "wait", "--within", "20", socket=api.socket)
-    helper.join(10)
+    result = ctl_beside(
+        api, answer_after_two_requests, "--timeout", "0.2", "wait", "--within", "20"
+    )
     assert result.code == exits.OK, result
     assert len(api.requests) >= 2
 
