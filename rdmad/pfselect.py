@@ -109,6 +109,12 @@ def unbound_words(pcis: Sequence[str]) -> str:
     )
 
 
+def pending_words(pcis: Sequence[str]) -> str:
+    """How the daemon and the doctor say PFs with no driver that udev has not processed
+    yet (at boot), before what may follow."""
+    return f"{', '.join(pcis)} has no driver bound yet and udev has not processed it (at boot)"
+
+
 def _facts(pf: Candidate) -> dict[str, str | None]:
     """What each key asks about ``pf``."""
     return {

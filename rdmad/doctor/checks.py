@@ -18,8 +18,8 @@ import os
 import re
 from typing import Any
 
-from rdmad import modsupport, pfselect, udevdb
-from rdmad.doctor.declared import Declared, declared_pfs
+from rdmad import modsupport, pfselect
+from rdmad.doctor.declared import Declared, declared_pfs, udev_pending
 from rdmad.doctor.eswitch import EswitchReader, eswitch_check
 from rdmad.doctor.fs import Root
 from rdmad.doctor.iommu import iommu
@@ -366,7 +366,7 @@ def sriov(fs: Root, declared: Declared, note: str | None) -> Check:
             bad.append(pf.label)
             evidence.append(f"pf {pf.label} ({pci}): not SR-IOV capable (no sriov_totalvfs)")
             continue
-        if driver is None and udevdb.unprocessed(fs.exists, udevdb.pci_entry(pci)):
+        if driver is None and udev_pending(fs, pci):
             driver = "no driver yet: udev has not processed it (at boot)"
         line = f"pf {pf.label} ({pci}, {driver or 'no driver'}): up to {total} VFs"
         if isinstance(want, int) and want > int(total):

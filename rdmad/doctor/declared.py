@@ -113,14 +113,13 @@ def declared_pfs(fs: Root, cfg: dict[str, Any]) -> Declared:
         if mine:
             continue
         driverless = pfselect.unbound(select, [pf for pf in present if pf.pci not in literal])
-        later = [pci for pci in driverless if _udev_pending(fs, pci)]
+        later = [pci for pci in driverless if udev_pending(fs, pci)]
         unbound = [pci for pci in driverless if pci not in later]
         if not hits and later:
             idle.append(
                 f"{name}: matches no PF here yet ({pfselect.describe(select)}); "
-                f"{', '.join(later)} has no driver bound yet and udev has not processed it "
-                "(at boot): it may match once its driver is bound (rdmad waits for it)"
-                + (f"; {pfselect.unbound_words(unbound)}" if unbound else "")
+                f"{pfselect.pending_words(later)}: it may match once its driver is bound "
+                "(rdmad waits for it)" + (f"; {pfselect.unbound_words(unbound)}" if unbound else "")
             )
         elif not hits and unbound:
             idle.append(
@@ -150,7 +149,7 @@ def _as_toml(raw: object) -> str:
     return "select = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in raw.items()) + " }"
 
 
-def _udev_pending(fs: Root, pci: str) -> bool:
+def udev_pending(fs: Root, pci: str) -> bool:
     """A PCI PF with no driver that udevd has not processed yet (at boot: coldplug may
     still load its driver), as the daemon's observation judges it."""
     return not is_netdevsim(pci) and udevdb.unprocessed(fs.exists, udevdb.pci_entry(pci))

@@ -233,7 +233,7 @@ def _awaited(
             continue
         obj = f"sriov {PfRef(pci=pf.pci).key()}"
         why = (
-            f"{pf.pci} has no driver bound yet and udev has not processed it (at boot): "
+            f"{pfselect.pending_words([pf.pci])}: "
             f"{' or '.join(select.describe() for select in could)} may match it once one is"
         )
         names = " and ".join(select.key() for select in could)
