@@ -209,15 +209,17 @@ class FastPath:
             # the event; the pass it starts collects the outcome (Reflexive).
             self._reflex_sent.clear()
             host.arm_reflexes(
-                _adds(reactions.on_netdev), _adds(reactions.on_rdma_removed), self._gate
+                _adds(reactions.on_netdev),
+                _adds(reactions.on_rdma_removed),
+                self._gate,
+                self._made,
             )
         else:
             host.disarm_reflexes()
 
     def _gate(self, action: AddRxe) -> bool:
         """Right before a reflex sends ``action``: only if the reaction would still be
-        applied (nothing pending that disarms it or makes it stale), with its claim
-        written first (Applier._claim_before_create)."""
+        applied (nothing pending that disarms it or makes it stale)."""
         if self.applier.stopping:
             return False
         pending = self.shared.queue.pending
@@ -225,9 +227,16 @@ class FastPath:
             pending.rdma_other or not pending.may_react or made_stale(pending, action)
         ):
             return False
-        self.memory.claim_rxe(action.name)
         self._reflex_sent.add(action.name)
         return True
+
+    def _made(self, action: AddRxe) -> None:
+        """The kernel made the link a reflex sent: claimed at once, in the reader's
+        callback. After the send, not before as a pass claims (Applier._claim_before_create):
+        the claim's write is the dearest step of the event path under emulation (~1 ms,
+        ext4), and a claim only for a link the kernel made can never make someone
+        else's link of that name rdmad's (kernel.events.reflex)."""
+        self.memory.claim_rxe(action.name)
 
 
 def _adds_of(reactions: Reactions) -> list[AddRxe]:

@@ -65,8 +65,9 @@ class Reflexive(Protocol):
     """A host whose event readers can send rxe adds themselves (KernelHost, kernel.events.reflex).
 
     Armed by a pass that ends at rest with the adds its reactions hold; disarmed when the
-    next pass starts. ``gate`` is asked right before each send; its apply() collects
-    the outcome of an add a reflex sent instead of sending it again.
+    next pass starts. ``gate`` is asked right before each send, ``made`` told as soon as
+    the kernel made the link (the claim); its apply() collects the outcome of an add a
+    reflex sent instead of sending it again.
     """
 
     def arm_reflexes(
@@ -74,6 +75,7 @@ class Reflexive(Protocol):
         on_netdev: Mapping[str, Sequence[AddRxe]],
         on_removed: Mapping[str, Sequence[AddRxe]],
         gate: Callable[[AddRxe], bool],
+        made: Callable[[AddRxe], None],
     ) -> None: ...
 
     def disarm_reflexes(self) -> None: ...

@@ -14,7 +14,7 @@ from rdmad.agent.protocols import Reflexive
 from rdmad.model import AddRxe
 from rdmad.triggers import Trigger
 
-from .conftest import RigFactory, desired, until
+from .conftest import Rig, RigFactory, desired, until
 from .test_reactions import OrderHost, netdev_added, rdma_removed
 
 
@@ -26,6 +26,7 @@ class ReflexHost(OrderHost):
     armed: list[tuple[dict[str, list[str]], dict[str, list[str]]]] = field(default_factory=list)
     disarmed: int = 0
     gate: Callable[[AddRxe], bool] | None = None  # type: ignore[assignment]
+    made: Callable[[AddRxe], None] | None = None
     on_netdev: dict[str, list[AddRxe]] = field(default_factory=dict)
     on_removed: dict[str, list[AddRxe]] = field(default_factory=dict)
 
@@ -34,6 +35,7 @@ class ReflexHost(OrderHost):
         on_netdev: Mapping[str, Sequence[AddRxe]],
         on_removed: Mapping[str, Sequence[AddRxe]],
         gate: Callable[[AddRxe], bool],
+        made: Callable[[AddRxe], None],
     ) -> None:
         self.on_netdev = {k: list(v) for k, v in on_netdev.items()}
         self.on_removed = {k: list(v) for k, v in on_removed.items()}
@@ -43,23 +45,40 @@ class ReflexHost(OrderHost):
                 {k: [a.name for a in v] for k, v in on_removed.items()},
             )
         )
-        self.gate = gate
+        self.gate, self.made = gate, made
 
     def disarm_reflexes(self) -> None:
         self.disarmed += 1
-        self.gate = None
+        self.gate = self.made = None
 
     async def reflexes_answered(self) -> None:
         self.steps.append("reflexes answered")
 
     def fire(self, adds: list[AddRxe]) -> bool:
-        gate = self.gate
-        assert gate is not None, "not armed"
+        gate, made = self.gate, self.made
+        assert gate is not None and made is not None, "not armed"
         sent = [a for a in adds if gate(a)]
         for a in sent:
-            self.links[a.name] = a.netdev
             self.steps.append(f"reflex {a.describe()}")
+            if a.netdev in self.netdevs:  # the kernel makes it, then the claim
+                self.links[a.name] = a.netdev
+                made(a)
         return bool(sent)
+
+
+def claim_writes(r: Rig) -> list[set[str]]:
+    """The names each claim written from now on holds (the state store's claim_rxe)."""
+    store = r.agent.memory.state_store
+    assert store is not None
+    written: list[set[str]] = []
+    real = store.claim_rxe
+
+    def claim_rxe(boot_id: str, names: set[str]) -> str | None:
+        written.append(set(names))
+        return real(boot_id, names)
+
+    store.claim_rxe = claim_rxe  # type: ignore[method-assign]
+    return written
 
 
 def test_reflexes_are_armed_on_the_real_host_and_never_in_a_dry_run() -> None:
@@ -101,15 +120,16 @@ async def test_a_pass_at_rest_arms_the_adds_and_the_next_pass_disarms_them(
     await r.stop()
 
 
-async def test_an_add_the_reader_sent_is_claimed_first_and_its_pass_says_so(
+async def test_an_add_the_reader_sent_is_claimed_once_made_and_its_pass_says_so(
     rig: RigFactory,
 ) -> None:
     host = ReflexHost(netdevs=["eth0"])
     r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
     await r.idle()
     host.netdevs.append("eth9")
-    assert host.fire(host.on_netdev["eth9"])  # the gate said yes...
-    assert "rxe0" in r.agent.state.managed_rxe  # ...after writing the claim
+    claims = claim_writes(r)
+    assert host.fire(host.on_netdev["eth9"])  # the gate said yes, the kernel made it...
+    assert "rxe0" in r.agent.state.managed_rxe and claims == [{"rxe0"}]  # ...claimed
     r.agent.queue.put(netdev_added("eth9", 9))  # then the trigger of the same news
     await until(lambda: "rdma link add rxe0 type rxe netdev eth9" in host.steps, "collected")
     await r.idle()

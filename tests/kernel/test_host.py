@@ -925,7 +925,7 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
     add = AddRxe("rxe rxe0", "declared", name="rxe0", netdev="eth0")
     try:
         # Answered: the pass records it; RDMA netlink is not asked again.
-        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True, lambda a: None)
         host.reflex.netdev_added("eth0")
         kernel.answer_next(0)
         result = await host.apply(add)
@@ -933,18 +933,18 @@ async def test_an_add_a_reflex_sent_is_collected_not_sent_again(tree: Path) -> N
         assert [(r.target, r.error) for r in result.writes] == [("rdma link rxe0", None)]
 
         # Refused as taken on a new netdev: the pass sends it the usual way.
-        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True, lambda a: None)
         host.reflex.netdev_added("eth0")
         kernel.answer_next(errno.EEXIST)
         result = await host.apply(add)
         assert result.outcome is Outcome.APPLIED and rdma.attempts == 1
 
         # Refused otherwise: sent again, and the kernel's fresh answer is the result.
-        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True, lambda a: None)
         host.disarm_reflexes()
         host.reflex.netdev_added("eth0")  # disarmed: nothing sent
         assert kernel.request() is None
-        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True)
+        host.arm_reflexes({"eth0": [add]}, {}, lambda a: True, lambda a: None)
         host.reflex.netdev_added("eth0")
         kernel.answer_next(errno.ENODEV)
         rdma.errors = [KernelError("add rxe link rxe0", "netdev eth0", errno.ENODEV)]

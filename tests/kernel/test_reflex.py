@@ -274,7 +274,7 @@ async def test_a_real_new_netdevs_news_fires_the_reflex_as_it_is_read(
     host.reflex = RxeReflex(sysfs, FakeClock(), opener=kernel.open)
     async with LinkEventStream() as stream:
         _wire_reflexes(host, [stream])
-        host.arm_reflexes({name: [add]}, {}, lambda a: True)
+        host.arm_reflexes({name: [add]}, {}, lambda a: True, lambda a: None)
         proc = await asyncio.create_subprocess_exec(
             "ip", "link", "add", name, "type", "veth", "peer", "name", peer
         )
@@ -308,7 +308,7 @@ async def test_the_daemon_wires_the_kernels_rdma_removal_to_the_reflex(
     try:
         _wire_reflexes(host, [reader])
         assert reader.on_event is not None
-        host.arm_reflexes({}, {"rxe0": [ADD]}, lambda a: True)
+        host.arm_reflexes({}, {"rxe0": [ADD]}, lambda a: True, lambda a: None)
         ib = "/devices/virtual/infiniband"
         reader.on_event(UdevEvent("add", "infiniband", "rxe0", f"{ib}/rxe0", source="kernel"))
         assert kernel.request() is None  # an add is not a removal
@@ -402,3 +402,78 @@ async def test_the_kernels_answer_within_the_send_is_read_at_once(sysfs: Sysfs) 
         assert firing.outcome.result() is None and firing.sends == 2
     finally:
         released.close()
+
+
+async def test_the_claim_is_told_only_when_the_kernel_made_the_link(sysfs: Sysfs) -> None:
+    """``made`` (the agent's claim) comes after the send, in the hook that read the ack;
+    never for an add the kernel refused, once for one made after a retry."""
+    made: list[AddRxe] = []
+    sent_before: list[bool] = []
+    kernel = AnsweringKernel([0])
+
+    def claim(action: AddRxe) -> None:
+        made.append(action)
+        sent_before.append(kernel.codes == [])  # the send (and its answer) came first
+
+    try:
+        reflex = RxeReflex(sysfs, FakeClock(), opener=kernel.open)
+        reflex.arm({"eth0": [ADD]}, {}, lambda action: True, claim)
+        reflex.netdev_added("eth0")
+        assert made == [ADD] and sent_before == [True]  # when the hook returned
+    finally:
+        kernel.close()
+
+    made.clear()
+    refused = AnsweringKernel([errno.EEXIST])  # a new netdev: a link is really there
+    try:
+        reflex = RxeReflex(sysfs, FakeClock(), opener=refused.open)
+        reflex.arm({"eth0": [ADD]}, {}, lambda action: True, claim)
+        reflex.netdev_added("eth0")
+        firing = reflex.take(ADD)
+        assert firing is not None and firing.outcome.done() and firing.outcome.result()
+        assert made == []
+    finally:
+        refused.close()
+
+    clock = FakeClock()
+    released = AnsweringKernel([errno.ENFILE, errno.EEXIST, 0])
+    try:
+        reflex = RxeReflex(sysfs, clock, opener=released.open)
+        reflex.arm({}, {"rxe0": [ADD]}, lambda action: True, claim)
+        reflex.rdma_removed("rxe0")
+        firing = reflex.take(ADD)
+        assert firing is not None and made == []  # refused while the name is released
+        while not firing.outcome.done():  # bounded by the release wait
+            clock.advance(0.005)
+            await asyncio.sleep(0)
+        assert firing.outcome.result() is None and firing.sends == 3
+        assert made == [ADD]  # once
+    finally:
+        released.close()
+
+
+def test_a_request_socket_is_answered_unbound() -> None:
+    """``open_request_socket`` on this machine's kernel: non-blocking and close-on-exec
+    from its creation, bound by the kernel at the send, and the request's answer comes
+    back to it (an RTM_GETLINK of the loopback, acked)."""
+    from rdmad.kernel.netlink.nlcodec import NLM_F_ACK, NLM_F_REQUEST, split_messages
+    from rdmad.kernel.netlink.nlsock import open_request_socket, recv_nowait
+
+    sock = open_request_socket(socket.NETLINK_ROUTE)
+    with sock:
+        assert sock.getblocking() is False and sock.get_inheritable() is False
+        assert sock.getsockname()[0] == 0  # not bound yet
+        rtm_getlink = 18
+        ifinfo = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 1, 0, 0)  # index 1: lo
+        sock.send(pack_message(rtm_getlink, NLM_F_REQUEST | NLM_F_ACK, 7, ifinfo))
+        assert sock.getsockname()[0] != 0  # the kernel bound it
+        answer = None
+        buf = bytearray(65536)
+        for _ in range(100):  # bounded; the kernel answers within the send
+            data = recv_nowait(sock, buf)
+            if data is None:
+                break
+            for msg in split_messages(data):
+                if msg.type == NLMSG_ERROR and msg.seq == 7:
+                    answer = struct.unpack_from("=i", msg.data)[0]
+        assert answer == 0, "the kernel's ack came back to the unbound socket"

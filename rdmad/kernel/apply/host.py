@@ -195,9 +195,10 @@ class KernelHost(ObservingHost):
         on_netdev: Mapping[str, Sequence[AddRxe]],
         on_removed: Mapping[str, Sequence[AddRxe]],
         gate: Callable[[AddRxe], bool],
+        made: Callable[[AddRxe], None],
     ) -> None:
         if self.reflex is not None:
-            self.reflex.arm(on_netdev, on_removed, gate)
+            self.reflex.arm(on_netdev, on_removed, gate, made)
 
     def disarm_reflexes(self) -> None:
         if self.reflex is not None:

@@ -9,7 +9,14 @@ the send: the trigger queue, waking the agent, the pass's own Python, 10-15 ms u
 emulation, about what the kernel's own work takes (bench/RESULTS.md).
 
 Before each send the agent's gate has the last word (nothing else pending that would
-disarm the reaction; the claim written) and a guarded stop in force holds it back.
+disarm the reaction) and a guarded stop in force holds it back. Only those checks and
+the socket come before the send: the kernel makes the device within ``send()``, and
+under emulation each step of Python or system calls on this path costs 0.1-1 ms
+(bench/NOTES.md). The bookkeeping comes after it, and so does the claim: the agent's
+``made`` writes it when the kernel says it made the link, in the same callback, before
+anything else runs; a crash between the two leaves a link rdmad made but does not
+claim, which it then leaves alone as anyone's (never the other way round: a claim for
+a link the kernel refused could make someone else's link of that name rdmad's).
 
 The RDMA netlink socket is opened for one add and closed with its outcome: an open
 NETLINK_RDMA socket pins ib_core. An add the kernel refuses (EEXIST/ENFILE) right after
@@ -37,7 +44,7 @@ from rdmad.kernel.netlink.nlcodec import (
     parse_error,
     split_messages,
 )
-from rdmad.kernel.netlink.nlsock import NetlinkFailure, open_netlink_socket, recv_nowait
+from rdmad.kernel.netlink.nlsock import NetlinkFailure, open_request_socket, recv_nowait
 from rdmad.kernel.netlink.rdma_codec import (
     CMD_NEWLINK,
     NETLINK_RDMA,
@@ -61,6 +68,7 @@ RELEASE_WAIT = 1.0  # then the pass takes over (KernelHost's own release wait)
 SEQ = 1
 
 Gate = Callable[[AddRxe], bool]
+Made = Callable[[AddRxe], None]  # the kernel made the link an add was sent for
 Outcome = NetlinkFailure | None  # None: the kernel made the link
 
 
@@ -78,6 +86,7 @@ class Firing:
     sends: int = 0
     message: bytes = field(default=b"", repr=False)
     watched: bool = False  # its socket has a reader in the loop
+    made: Made | None = field(default=None, repr=False)  # told when the kernel made it
 
 
 class RxeReflex:
@@ -92,6 +101,7 @@ class RxeReflex:
         self._on_netdev: dict[str, tuple[AddRxe, ...]] = {}
         self._on_removed: dict[str, tuple[AddRxe, ...]] = {}
         self._gate: Gate | None = None
+        self._made: Made | None = None
         self._fired: dict[str, Firing] = {}  # by rxe link name, until the pass takes it
         # The armed adds' requests, built when armed rather than on the event path.
         self._requests: dict[AddRxe, bytes] = {}
@@ -106,10 +116,11 @@ class RxeReflex:
         on_netdev: Mapping[str, Sequence[AddRxe]],
         on_removed: Mapping[str, Sequence[AddRxe]],
         gate: Gate,
+        made: Made | None = None,
     ) -> None:
         self._on_netdev = {k: tuple(v) for k, v in on_netdev.items() if v}
         self._on_removed = {k: tuple(v) for k, v in on_removed.items() if v}
-        self._gate = gate
+        self._gate, self._made = gate, made
         armed = [
             a for adds in (*self._on_netdev.values(), *self._on_removed.values()) for a in adds
         ]
@@ -119,7 +130,7 @@ class RxeReflex:
             del self._fired[name]
 
     def disarm(self) -> None:
-        self._on_netdev, self._on_removed, self._gate = {}, {}, None
+        self._on_netdev, self._on_removed, self._gate, self._made = {}, {}, None, None
         self._requests = {}
 
     def close(self) -> None:
@@ -178,25 +189,33 @@ class RxeReflex:
             return  # a guarded stop: the pass reports what waits
         if not gate(action):
             return
+        started = self.clock.monotonic()
+        message = self._requests.get(action) or _request(action)
+        sock: socket.socket | None = None
+        failure: NetlinkFailure | None = None
+        try:  # the send as soon as the checks allow (see the module)
+            sock = self._open()
+            sock.send(message)
+        except OSError as exc:
+            failure = NetlinkFailure(exc.errno or errno.EIO, str(exc))
         loop = asyncio.get_running_loop()
         firing = Firing(
             action,
-            self.clock.monotonic(),
+            started,
             loop.create_future(),
             release_expected,
-            message=self._requests.get(action) or _request(action),
+            sock=sock,
+            sends=1,
+            message=message,
+            made=self._made,
         )
         self._fired[action.name] = firing
         self.fired += 1
-        try:
-            firing.sock = self._open()
-        except OSError as exc:
-            self._finish(firing, NetlinkFailure(exc.errno or errno.EIO, str(exc)))
+        if failure is not None:
+            self._finish(firing, failure)
             return
-        # The send first: the kernel makes the device within it; the reader for an
-        # answer not read at once can be added after (it waits in the socket).
-        self._send(firing)
-        if firing.sock is not None:
+        self._read(firing)  # the answer is queued when send() returns (see _send)
+        if firing.sock is not None:  # not answered yet: it waits in the socket
             loop.add_reader(firing.sock.fileno(), self._read, firing)
             firing.watched = True
         log.debug("%s: %s sent as the event was read", action.obj, action.describe())
@@ -264,8 +283,14 @@ class RxeReflex:
             if firing.watched and not loop.is_closed():
                 loop.remove_reader(sock.fileno())
             sock.close()
-        if not firing.outcome.done():
-            firing.outcome.set_result(outcome)
+        if firing.outcome.done():
+            return
+        if outcome is None and firing.made is not None:
+            try:
+                firing.made(firing.action)  # the claim, before anything else runs
+            except Exception:  # the pass that collects the outcome claims it too
+                log.exception("%s: claiming the link the reflex made failed", firing.action.obj)
+        firing.outcome.set_result(outcome)
 
 
 def _request(action: AddRxe) -> bytes:
@@ -276,4 +301,4 @@ def _request(action: AddRxe) -> bytes:
 
 
 def _open_rdma_socket() -> socket.socket:
-    return open_netlink_socket(NETLINK_RDMA, rcvbuf=1 << 16)
+    return open_request_socket(NETLINK_RDMA)

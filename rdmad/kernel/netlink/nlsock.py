@@ -106,6 +106,21 @@ def open_netlink_socket(
     return sock
 
 
+def open_request_socket(protocol: int) -> socket.socket:
+    """A non-blocking netlink socket for one request and its answer, in three system
+    calls where ``open_netlink_socket`` makes six: non-blocking and close-on-exec from
+    its creation, not bound (the kernel binds it at the first send), the default receive
+    buffer (an acknowledgement is small); extended and capped acks all the same. For
+    the rxe reflex, which opens one on the event path (kernel.events.reflex)."""
+    sock = socket.socket(
+        socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK, protocol
+    )
+    for opt in (NETLINK_EXT_ACK, NETLINK_CAP_ACK):
+        with contextlib.suppress(OSError):  # old kernel: errors come without text
+            sock.setsockopt(SOL_NETLINK, opt, 1)
+    return sock
+
+
 def set_rcvbuf(sock: socket.socket, size: int) -> None:
     """SO_RCVBUFFORCE (root may exceed net.core.rmem_max), else SO_RCVBUF."""
     try:
