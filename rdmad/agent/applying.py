@@ -145,7 +145,7 @@ class Applier:
             self._claim_before_create(action)
             result = await self._apply_one(action)
             if isinstance(action, AddRxe) and (result.stale or not result.ok):
-                self.memory.state.managed_rxe.discard(action.name)  # not made: not ours
+                self.memory.unclaim_rxe(action.name)  # not made: not ours
             if result.stale:
                 if result.writes:  # stale midway (re-checked before a later write)
                     self.reporter.record_result(action, result, cause)

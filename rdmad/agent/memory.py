@@ -208,6 +208,21 @@ class Memory:
             log.warning("state.not-saved", problem=problem)
             self.notes.append(problem)
 
+    def unclaim_rxe(self, name: str) -> None:
+        """An rxe link claimed before its create, which the kernel did not make: not
+        rdmad's, on disk too (a claims line without it). Until the next save the last
+        line would still hold it, and a crash meanwhile would make a link of that name
+        someone else made (EEXIST) rdmad's after the restart."""
+        if name not in self.state.managed_rxe:
+            return
+        self.state.managed_rxe.discard(name)
+        if self.state_store is None or self.shared.options.dry_run:
+            return
+        problem = self.state_store.claim_rxe(self.boot_id, self.state.managed_rxe)
+        if problem is not None and problem not in self.notes:
+            log.warning("state.not-saved", problem=problem)
+            self.notes.append(problem)
+
     def forget_vanished_rxe(self, observed: Observed) -> None:
         """A managed rxe link that is gone is no longer ours: a link someone makes later
         under the same name must never be deleted as rdmad's."""

@@ -182,6 +182,20 @@ async def test_an_rxe_link_is_claimed_on_disk_before_it_is_created(
     dropped again when the create fails (a link rdmad did not make is not its own)."""
     host = FakeHost(gate=asyncio.Event(), fail={"rxe1": errno.EEXIST})
     r = rig(desired(("rxe0", "eth0"), ("rxe1", "eth1")), host=host, state_dir=tmp_path / "s")
+    # What a restart would read just before each save: the refused rxe1 must be gone
+    # from it already (a crash before the save must not make a link of that name,
+    # someone else's, rdmad's).
+    store = r.agent.memory.state_store
+    assert store is not None
+    before_save: list[set[str]] = []
+    save = store.save
+
+    def saving(state: Any) -> str | None:
+        disk, _ = read_state(tmp_path / "s" / "state.json")
+        before_save.append(set(disk.managed_rxe) if disk is not None else set())
+        return save(state)
+
+    store.save = saving  # type: ignore[method-assign]
     task = asyncio.get_running_loop().create_task(r.agent.run())
     await until(lambda: host.in_apply, "create in flight")
     on_disk, problem = read_state(tmp_path / "s" / "state.json")
@@ -189,6 +203,7 @@ async def test_an_rxe_link_is_claimed_on_disk_before_it_is_created(
     host.gate.set()  # type: ignore[union-attr]
     await until(lambda: len(r.agent.passes) >= 1, "first pass")
     assert r.agent.state.managed_rxe == {"rxe0"}  # rxe1 failed with EEXIST: not claimed
+    assert before_save and all("rxe1" not in names for names in before_save), before_save
     r.task = task
     await r.stop()
     on_disk, _ = read_state(tmp_path / "s" / "state.json")
