@@ -199,23 +199,22 @@ class Memory:
             self.notes.append(problem)
 
     def claim_rxe(self, name: str) -> None:
-        """Write down an rxe link as rdmad's before creating it (``Applier``)."""
+        """Write down an rxe link as rdmad's before creating it (``Applier``), or as
+        the kernel acks an add an event reader sent (``FastPath``)."""
         self.state.managed_rxe.add(name)
-        if self.state_store is None or self.shared.options.dry_run:
-            return
-        problem = self.state_store.claim_rxe(self.boot_id, self.state.managed_rxe)
-        if problem is not None and problem not in self.notes:
-            log.warning("state.not-saved", problem=problem)
-            self.notes.append(problem)
+        self._write_claims()
 
     def unclaim_rxe(self, name: str) -> None:
         """An rxe link claimed before its create, which the kernel did not make: not
         rdmad's, on disk too (a claims line without it). Until the next save the last
         line would still hold it, and a crash meanwhile would make a link of that name
         someone else made (EEXIST) rdmad's after the restart."""
-        if name not in self.state.managed_rxe:
-            return
-        self.state.managed_rxe.discard(name)
+        if name in self.state.managed_rxe:
+            self.state.managed_rxe.discard(name)
+            self._write_claims()
+
+    def _write_claims(self) -> None:
+        """The links rdmad owns now, as the claims file's last line (state.StateStore)."""
         if self.state_store is None or self.shared.options.dry_run:
             return
         problem = self.state_store.claim_rxe(self.boot_id, self.state.managed_rxe)
