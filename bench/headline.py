@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 from typing import Any
 
@@ -26,6 +27,34 @@ def pct(values: list[float], p: float) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
+
+
+def ratio_spread(
+    mine: list[float],
+    base: list[float],
+    p: float = 50,
+    *,
+    level: float = 0.9,
+    rounds: int = 2000,
+    seed: int = 1,
+) -> tuple[float, float] | None:
+    """How far the ratio of two p-th percentiles moves by sampling alone: each sample
+    set drawn again from itself ``rounds`` times (a bootstrap; a fixed seed, so the same
+    samples always give the same answer), and the central ``level`` of the ratios. For
+    targets read from a few noisy samples (bench_rxe: 20 per mode), a run's ratio is
+    one draw from about this range. None without samples on both sides."""
+    if not mine or not base:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(rounds):
+        b = pct(rng.choices(base, k=len(base)), p)
+        if b > 0:
+            ratios.append(pct(rng.choices(mine, k=len(mine)), p) / b)
+    if not ratios:
+        return None
+    tail = (1 - level) / 2 * 100
+    return pct(ratios, tail), pct(ratios, 100 - tail)
 
 
 def _num(x: float | None, digits: int = 4) -> float | None:
