@@ -237,6 +237,7 @@ async def test_a_socket_that_cannot_open_is_the_outcome_and_close_ends_a_firing(
     assert firing is not None and firing.outcome.done()
     failure = firing.outcome.result()
     assert failure is not None and failure.errno == errno.EPROTONOSUPPORT
+    assert firing.sends == 0  # nothing went out
 
     reflex, _ = armed(sysfs, kernel, FakeClock())
     reflex.netdev_added("eth0")  # sent, never answered

@@ -205,7 +205,7 @@ class RxeReflex:
             loop.create_future(),
             release_expected,
             sock=sock,
-            sends=1,
+            sends=0 if sock is None else 1,
             message=message,
             made=self._made,
         )
