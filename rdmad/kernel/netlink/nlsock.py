@@ -95,9 +95,7 @@ def open_netlink_socket(
         sock = _setns_socket(netns, socket.AF_NETLINK, socket.SOCK_RAW, protocol)
     try:
         set_rcvbuf(sock, rcvbuf)
-        for opt in (NETLINK_EXT_ACK, NETLINK_CAP_ACK):
-            with contextlib.suppress(OSError):  # old kernel: errors come without text
-                sock.setsockopt(SOL_NETLINK, opt, 1)
+        ask_extended_acks(sock)
         sock.bind((0, groups))
         sock.setblocking(False)
     except BaseException:
@@ -115,10 +113,16 @@ def open_request_socket(protocol: int) -> socket.socket:
     sock = socket.socket(
         socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK, protocol
     )
-    for opt in (NETLINK_EXT_ACK, NETLINK_CAP_ACK):
-        with contextlib.suppress(OSError):  # old kernel: errors come without text
-            sock.setsockopt(SOL_NETLINK, opt, 1)
+    ask_extended_acks(sock)
     return sock
+
+
+def ask_extended_acks(sock: socket.socket) -> None:
+    """Errors with the kernel's text (extended acks), acks without the request copied
+    back (capped); an old kernel without them answers errors without text."""
+    for opt in (NETLINK_EXT_ACK, NETLINK_CAP_ACK):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(SOL_NETLINK, opt, 1)
 
 
 def set_rcvbuf(sock: socket.socket, size: int) -> None:
