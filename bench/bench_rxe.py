@@ -373,9 +373,6 @@ def headline(
                 mine, base = rdmad[scenario][f"{p}_ms"], base_mode[scenario][f"{p}_ms"]
                 ratio = mine / base if mine is not None and base else None
                 target = "<= 0.5" if p == "p50" and base_mode is udev else None
-                spread = ratio_spread(
-                    rdmad[scenario]["samples_ms"], base_mode[scenario]["samples_ms"], 50
-                )
                 rows.append(
                     {
                         "what": f"{what} ({p}, misses {rdmad[scenario]['missed']}"
@@ -389,9 +386,14 @@ def headline(
                         "met": (ratio <= 0.5) if target and ratio is not None else None,
                     }
                 )
-                if p == "p50" and spread is not None:
-                    # A p50 of 20 samples moves by several ms from run to run: the
-                    # range this run's ratio could have taken by sampling alone.
+                if p != "p50":
+                    continue
+                # A p50 of 20 samples moves by several ms from run to run: the range
+                # this run's ratio could have taken by sampling alone.
+                spread = ratio_spread(
+                    rdmad[scenario]["samples_ms"], base_mode[scenario]["samples_ms"]
+                )
+                if spread is not None:
                     rows[-1]["ratio_spread_90"] = [round(x, 3) for x in spread]
     return rows
 
