@@ -33,6 +33,8 @@ class DaemonFacts(msgspec.Struct, frozen=True):
     # For ``?wait=`` only: whether a pass that began after the request answered it (its
     # verdict is the document's); False: the document is an older pass's. None: not asked.
     answered: bool | None = None
+    # The systemd unit the daemon runs as (rdmad.api.ownunit); None: not under systemd.
+    unit: str | None = None
 
 
 def converged(snap: StatusSnapshot) -> bool:
@@ -88,6 +90,7 @@ def _status_head(snap: StatusSnapshot, facts: DaemonFacts) -> dict[str, Any]:
         "verdict": snap.verdict().to_json(),
         "daemon": {
             "pid": facts.pid,
+            "unit": facts.unit,
             "ready": snap.ready,
             "dry_run": snap.dry_run,
             "start_kind": snap.start_kind,

@@ -54,6 +54,7 @@ class Routes:
     metrics_content_type: str = "text/plain; version=0.0.4; charset=utf-8"
     request_timeout: float = 5.0
     api_notes: tuple[str, ...] = ()
+    unit: str | None = None  # the systemd unit the daemon runs as (rdmad.api.ownunit)
     started_at: float = field(default_factory=time.time)
     pause_root: str = "/"  # where run/rdmad/pause.json lives (a tree in tests)
     _snapshot_busy: bool = field(default=False, init=False)
@@ -105,7 +106,9 @@ class Routes:
 
             await self._wait(lambda: fresh() and self.store.current.converged, wait)
             answered = fresh()
-        facts = docs.DaemonFacts(os.getpid(), self._daemon_started_at(), self.api_notes, answered)
+        facts = docs.DaemonFacts(
+            os.getpid(), self._daemon_started_at(), self.api_notes, answered, self.unit
+        )
         snap = self.store.current
         cached = self._status_body
         if cached is None or cached[0] is not snap or cached[1] != facts:

@@ -24,6 +24,7 @@ from rdmad.api import admission, auth, errors, unixsock
 from rdmad.api.events import KEEPALIVE_SECONDS, EventStreams
 from rdmad.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from rdmad.api.metrics import Metrics
+from rdmad.api.ownunit import own_unit
 from rdmad.api.routes import MAX_BODY, Routes
 from rdmad.api.waiting import Waiters
 from rdmad.model import ApiSpec, Observed
@@ -111,6 +112,7 @@ class ApiServer:
                 self.observe,
                 request_timeout=self.request_timeout,
                 api_notes=self.notes,
+                unit=own_unit(),
                 pause_root=self.pause_root,
             )
             self._attach_metrics(routes)

@@ -111,10 +111,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "passes first it prints the status of what is not converged and exits 1;\n"
         "exit 3 when rdmad is not running (order a unit after rdmad.service, or\n"
         "start it first). Once rdmad has answered, a restart (a crash and systemd's\n"
-        "Restart=) is waited out while --within lasts; exit 3 if it is still down\n"
-        "then. A request rdmad answers late (right after start, its web server\n"
-        "still loading) is asked again while --within lasts; exit 5 only if no\n"
-        "answer came. Needs root or the API's read group.\n"
+        "Restart=, systemctl restart) is waited out while --within lasts; exit 3\n"
+        "if it is still down then, or at once when systemd says rdmad's unit was\n"
+        "stopped and nothing starts it again (systemctl stop rdmad, a crash past\n"
+        "its start limit). A request rdmad answers late (right after start, its\n"
+        "web server still loading) is asked again while --within lasts; exit 5\n"
+        "only if no answer came. Needs root or the API's read group.\n"
         "rdmad-wait-converged.service runs it at boot: units that need RDMA order\n"
         "after it (Wants= or Requires= and After=).",
     ),

@@ -16,7 +16,7 @@ import sys
 import time
 
 from rdmad import exits
-from rdmad.ctl import offline
+from rdmad.ctl import offline, unitstate
 from rdmad.ctl.client import (
     START_HINT,
     Client,
@@ -131,8 +131,10 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     rdmad not running at the first ask exits 3 at once (start it first). Once it has
     answered, a daemon that stops answering (it crashed and systemd's ``Restart=``
     brings it back in seconds, or it is restarting) is asked again while ``--within``
-    lasts: exit 3 only if it is still down then. A deliberate ``systemctl stop rdmad``
-    stops a unit that ``Requires=`` it, this one's included."""
+    lasts: exit 3 if it is still down then, or as soon as systemd says its unit was
+    stopped and nothing starts it again (``systemctl stop rdmad``, a crash past the
+    start limit; rdmad.ctl.unitstate). A deliberate stop also stops a unit that
+    ``Requires=`` it, rdmad-wait-converged.service included."""
     started = ctx.clock()
     deadline = started + args.within
     doc: dict[str, Any] | None = None
@@ -160,6 +162,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
             except (NotRunning, Unavailable, ConnectionLost) as exc:
                 if doc is None or ctx.clock() >= deadline:
                     raise
+                _unless_stopped_for_good(doc)
                 if ctx.progress:
                     ctx.warn(f"rdmad stopped answering ({exc}); asking again while it restarts")
                 time.sleep(max(0.0, WAIT_RESTART - (ctx.clock() - asked)))
@@ -174,7 +177,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         # Down at the first ask, or gone while this waited and not back in time (its
         # 503 while it stopped): nothing will converge now.
         message = str(exc) if isinstance(exc, NotRunning) else f"rdmad stopped: {exc}"
-        if doc is not None:
+        if doc is not None and not isinstance(exc, StoppedForGood):
             message = f"{message} (rdmad answered earlier, then was down until --within ended)"
         ctx.warn(message, START_HINT)
         if args.json:
@@ -195,6 +198,20 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         )
         ctx.print(status_lines(doc, ctx.now(), False, ctx.style, ctx.width))
     return exits.OK if converged else exits.FAIL
+
+
+class StoppedForGood(NotRunning):
+    """systemd says rdmad's unit was stopped and nothing starts it again."""
+
+
+def _unless_stopped_for_good(doc: dict[str, Any]) -> None:
+    """Raise StoppedForGood when the unit rdmad said it runs as will not come back."""
+    daemon = doc.get("daemon")
+    unit = daemon.get("unit") if isinstance(daemon, dict) else None
+    if isinstance(unit, str) and unit:
+        why = unitstate.stopped_for_good(unit)
+        if why is not None:
+            raise StoppedForGood(f"rdmad stopped: {why}")
 
 
 def _converged_since_asked(doc: dict[str, Any]) -> bool:

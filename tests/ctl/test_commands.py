@@ -9,14 +9,16 @@ import re
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from rdmad import exits
-from rdmad.ctl import commands
+from rdmad.ctl import commands, unitstate
 from rdmad.ctl.render.formats import table
 from tests.ctl.conftest import NOW, ApiStub, Reply, Result, ctl, ctl_process, fixture
 
@@ -452,6 +454,134 @@ def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
     assert result.code == exits.OK, result
     assert result.out.startswith("converged after"), result.out
     assert len(api.requests) >= 4
+
+
+def fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> Path:
+    """A systemctl that prints ``answer`` (what `systemctl show` prints) and writes down
+    each call; returns the calls' file."""
+    calls = tmp_path / "systemctl-calls"
+    (tmp_path / "systemctl-answer").write_text(answer)
+    script = tmp_path / "systemctl"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat {tmp_path / "systemctl-answer"}\n')
+    script.chmod(0o755)
+    monkeypatch.setattr(unitstate, "SYSTEMCTL", str(script))
+    return calls
+
+
+STOPPED = "LoadState=loaded\nActiveState=inactive\nSubState=dead\nJob=\n"
+RESTARTING = "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nJob=\n"
+
+
+def in_unit(name: str, unit: str = "rdmad.service") -> dict[str, Any]:
+    doc = fixture(name)
+    return {**doc, "daemon": {**doc["daemon"], "unit": unit}}
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_wait_exits_3_at_once_when_systemd_says_rdmad_was_stopped(
+    api: ApiStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_out: bool
+) -> None:
+    """`systemctl stop rdmad` while a wait waits: the daemon answers 503 while it stops,
+    then nothing listens; systemd says its unit is inactive with no job queued. Nothing
+    will converge: exit 3 now, not when --within (60 s here) ends."""
+    calls = fake_systemctl(tmp_path, monkeypatch, STOPPED)
+    api.json("GET /v1/status", in_unit("status-blocked.json"))
+
+    def stop_after_the_first_answer() -> None:
+        for _ in range(1000):
+            if api.requests:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+                return
+            threading.Event().wait(0.01)
+
+    argv = ["wait", "--within", "60", *(["--json"] if json_out else [])]
+    started = time.monotonic()
+    result = ctl_beside(api, stop_after_the_first_answer, *argv)
+    assert result.code == exits.NOT_RUNNING, result
+    assert time.monotonic() - started < 30, "waited for --within"
+    assert "rdmad.service was stopped and nothing is starting it again" in result.err
+    assert "until --within ended" not in result.err
+    if json_out:
+        assert json.loads(result.out)["error"]["code"] == "not-running"
+    asked = calls.read_text().splitlines()
+    assert asked and all(line.endswith("-- rdmad.service") for line in asked), asked
+    assert all("--property=ActiveState" in line and "--property=Job" in line for line in asked)
+
+
+def test_wait_rides_through_systemds_restart_of_rdmad(
+    api: ApiStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same loss, but systemd says the unit is in Restart='s wait (activating,
+    auto-restart): asked again until rdmad is back and converged, exit 0."""
+    calls = fake_systemctl(tmp_path, monkeypatch, RESTARTING)
+    api.json("GET /v1/status", in_unit("status-blocked.json"))
+
+    def down_then_back() -> None:
+        for _ in range(2000):
+            n = len(api.requests)
+            if n == 1:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+            elif n >= 3:
+                api.json("GET /v1/status", in_unit("status-converged.json"))
+                return
+            threading.Event().wait(0.01)
+
+    result = ctl_beside(api, down_then_back, "wait", "--within", "30")
+    assert result.code == exits.OK, result
+    assert calls.read_text().count("rdmad.service") >= 1  # asked systemd, then waited on
+
+
+def test_wait_without_a_unit_never_asks_systemd(
+    api: ApiStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon not started by systemd (a shell, the DaemonSet) names no unit: its loss
+    is waited out while --within lasts, whatever a unit of that name is doing."""
+    calls = fake_systemctl(tmp_path, monkeypatch, STOPPED)
+    api.fixture("GET /v1/status", "status-blocked.json")  # no daemon.unit
+
+    def stop_after_the_first_answer() -> None:
+        for _ in range(1000):
+            if api.requests:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+                return
+            threading.Event().wait(0.01)
+
+    result = ctl_beside(api, stop_after_the_first_answer, "wait", "--within", "1.2")
+    assert result.code == exits.NOT_RUNNING, result
+    assert "until --within ended" in result.err
+    assert not calls.exists()
+
+
+@pytest.mark.parametrize(
+    ("show", "stopped"),
+    [
+        (STOPPED, "rdmad.service was stopped and nothing is starting it again"),
+        (
+            "LoadState=loaded\nActiveState=failed\nSubState=failed\nJob=\n",
+            "rdmad.service failed and systemd is not restarting it (journalctl -u rdmad.service)",
+        ),
+        (RESTARTING, None),
+        ("LoadState=loaded\nActiveState=inactive\nSubState=dead\nJob=317\n", None),  # restart
+        ("LoadState=loaded\nActiveState=deactivating\nSubState=stop-sigterm\nJob=260\n", None),
+        ("LoadState=loaded\nActiveState=inactive\nSubState=dead\n", None),  # no Job: doubt
+        ("LoadState=not-found\nActiveState=inactive\nSubState=dead\nJob=\n", None),
+        ("", None),
+    ],
+)
+def test_what_systemd_says_of_the_unit(show: str, stopped: str | None) -> None:
+    assert unitstate.verdict("rdmad.service", show) == stopped
+
+
+def test_no_systemctl_or_a_failing_one_is_doubt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unitstate, "SYSTEMCTL", str(tmp_path / "none"))
+    assert unitstate.stopped_for_good("rdmad.service") is None
+    script = tmp_path / "systemctl"
+    script.write_text(f"#!/bin/sh\necho '{STOPPED}'\nexit 1\n")  # "Host is down"
+    script.chmod(0o755)
+    monkeypatch.setattr(unitstate, "SYSTEMCTL", str(script))
+    assert unitstate.stopped_for_good("rdmad.service") is None
 
 
 def test_wait_exits_3_when_rdmad_stays_down_past_within(api: ApiStub) -> None:

@@ -199,3 +199,40 @@ def test_a_wait_under_way_rides_through_a_restart_of_rdmad(consumer_guest: Guest
     finally:
         g.stop_unit(waiter)
         g.run("ip link del labw0 2>/dev/null; true")
+
+
+def test_a_wait_under_way_ends_at_once_when_rdmad_is_stopped(consumer_guest: Guest) -> None:
+    """The same wait, but `systemctl stop rdmad`: nothing will make the link now, and
+    the wait says so at once (exit 3, naming the stopped unit) instead of waiting out
+    its --within (180 s). The daemon names its unit in its status; systemd says it is
+    inactive with no job queued."""
+    g = consumer_guest
+    g.run(f"ip link del labw0 2>/dev/null; rm -f {WAITER_OUT} {WAITER_RC}")
+    start(
+        g,
+        '[daemon]\ndrift_interval = "1h"\n\n[[rxe]]\nname = "rxw0"\nnetdev = { name = "labw0" }\n',
+    )
+    before = status_doc(g)
+    assert before["daemon"]["unit"] == "rdmad.service", before["daemon"]
+    waiter = g.start_unit(
+        "lab-waiter",
+        f"rdmad-ctl wait --within 180 > {WAITER_OUT} 2>&1; echo $? > {WAITER_RC}",
+        max_seconds=300,
+    )
+    try:
+        g.wait_until(  # as above: it has had an answer and asks again
+            lambda: status_doc(g)["daemon"]["passes"] >= before["daemon"]["passes"] + 2,
+            timeout=60,
+            interval=0.5,
+            what="the waiter answered once and asking again",
+        )
+        assert not g.exists(WAITER_RC), g.run(f"cat {WAITER_OUT}").out
+        g.check("systemctl stop rdmad.service", timeout=120)
+        # Bounded well inside --within: the waiter looks every 0.5 s while rdmad is down.
+        g.wait_until(lambda: g.exists(WAITER_RC), timeout=60, interval=0.5, what="the wait")
+        out = g.check(f"cat {WAITER_OUT}")
+        assert g.read(WAITER_RC).strip() == "3", out
+        assert "rdmad.service was stopped and nothing is starting it again" in out, out
+    finally:
+        g.stop_unit(waiter)
+        g.run("systemctl start rdmad.service", timeout=300)  # as the other tests find it
