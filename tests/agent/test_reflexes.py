@@ -143,6 +143,8 @@ async def test_an_add_the_reader_sent_is_claimed_once_made_and_its_pass_says_so(
     [entry] = [h for h in r.agent.status.history() if h.kind == "add-rxe"][-1:]
     assert entry.cause == "netlink (planned ahead, sent as the event was read)", entry
     assert host.links == {"rxe0": "eth9"}
+    # The pass that collected it claims before "creating" too: nothing to write again.
+    assert claims == [{"rxe0"}], claims
     await r.stop()
 
 
@@ -218,4 +220,29 @@ async def test_an_add_the_reader_made_is_recorded_even_beside_its_own_devices_ev
     assert len(entries) == adds + 1, entries
     assert entries[-1].cause.endswith("(planned ahead, sent as the event was read)")
     assert r.agent.state.managed_rxe == {"rxe0"} and host.links == {"rxe0": "eth0"}
+    await r.stop()
+
+
+async def test_a_claim_is_written_again_after_a_write_that_failed(rig: RigFactory) -> None:
+    """A link already claimed is written down again only while the last claims write
+    failed (a full disk): what is on disk may then lack it."""
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=ReflexHost()).start()
+    await r.idle()
+    memory = r.agent.memory
+    store = memory.state_store
+    assert store is not None
+    written: list[set[str]] = []
+    failing = [True]
+
+    def claim_rxe(boot_id: str, names: set[str]) -> str | None:
+        written.append(set(names))
+        return "state file x not written: No space left on device" if failing[0] else None
+
+    store.claim_rxe = claim_rxe  # type: ignore[method-assign]
+    memory.claim_rxe("rxe0")
+    memory.claim_rxe("rxe0")  # the last write failed: again
+    failing[0] = False
+    memory.claim_rxe("rxe0")  # again, and it succeeds
+    memory.claim_rxe("rxe0")  # on disk now: nothing to write
+    assert written == [{"rxe0"}] * 3, written
     await r.stop()
