@@ -19,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from rdmad.kernel.netlink.nlcodec import NlMsg, split_messages
-from rdmad.kernel.netlink.nlsock import RECV_BUF, open_netlink_socket, recv_nowait
+from rdmad.kernel.netlink.nlsock import open_netlink_socket, receive_buffer, recv_nowait
 from rdmad.kernel.netlink.rtnl_codec import (
     CHANGE_ALL,
     IFADDR,
@@ -73,7 +73,7 @@ class LinkEventStream:
             groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
             rcvbuf=rcvbuf,
         )
-        self._buf = bytearray(RECV_BUF)
+        self._buf = receive_buffer()
         self._pending: list[LinkEvent] = []
         self._names: dict[int, str] = {}
         self.overflows = 0
