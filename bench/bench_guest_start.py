@@ -11,6 +11,9 @@ One lab guest (QEMU/TCG, kernel 6.1), rdmad installed as the systemd service.
   on the PF (before each start: VFs and the rxe link removed, so the first pass
   creates them). Baseline: `python3 -c pass` in the same guest (the interpreter's
   floor), and beside it `import rdmad.cli` with rdmad's python (its imports).
+* idle RSS: after each empty-config start, once `rdmad-ctl status` answers (the
+  API's web library imported: the daemon as it idles), VmRSS of the unit's main
+  process; baseline: a bare `python3` sleeping in the same guest.
 * observe(): `KernelHost.observe()` in one process over a node with a netdevsim PF
   of 256 VFs (and igb, virtio-net), after one warm-up. Baseline: what an operator
   runs to see the same facts, `ip -d -j link show` + `rdma -j link show` + the
@@ -101,7 +104,30 @@ def timed(g: Guest, n: int, cmd: str) -> list[float]:
     ]
 
 
-def start_ready(g: Guest, config: str, n: int, pf: str | None) -> list[float]:
+def rss_mb(g: Guest, pid: int) -> float:
+    line = g.check(f"grep VmRSS /proc/{pid}/status")  # "VmRSS:   45012 kB"
+    return int(line.split()[1]) / 1024
+
+
+def rdmad_rss(g: Guest) -> float:
+    """The running daemon's RSS once its API answers (the web library imported: the
+    whole daemon, as it idles)."""
+    g.wait_for("rdmad-ctl --timeout 10 status >/dev/null", timeout=120)
+    return rss_mb(g, int(g.check("systemctl show -p MainPID --value rdmad.service").strip()))
+
+
+def bare_python_rss(g: Guest) -> float:
+    pid = int(g.check("python3 -c 'import time; time.sleep(600)' >/dev/null 2>&1 & echo $!"))
+    try:
+        g.wait_for(f"grep -q 'State:.*S' /proc/{pid}/status", timeout=60)  # asleep: started
+        return rss_mb(g, pid)
+    finally:
+        g.run(f"kill {pid}")
+
+
+def start_ready(
+    g: Guest, config: str, n: int, pf: str | None, rss: list[float] | None = None
+) -> list[float]:
     g.check("mkdir -p /etc/rdmad && cat > /etc/rdmad/rdmad.toml", stdin=config.encode())
     out = []
     for _ in range(n):
@@ -119,6 +145,8 @@ def start_ready(g: Guest, config: str, n: int, pf: str | None) -> list[float]:
         ).split()
         started, active = int(stamps[0]), int(stamps[1])
         out.append((active - started) / 1e6)
+        if rss is not None:
+            rss.append(rdmad_rss(g))
     g.run("systemctl stop rdmad.service", timeout=400)
     return out
 
@@ -147,7 +175,9 @@ def main() -> int:
         r["python_pass"] = timed(g, n, "python3 -c pass")
         r["import_rdmad"] = timed(g, n, f"{rdmad_python()} -c 'import rdmad.cli'")
         log("start -> READY, empty config")
-        r["ready_empty"] = start_ready(g, "", n, None)
+        r["rss_empty_mb"] = []
+        r["ready_empty"] = start_ready(g, "", n, None, r["rss_empty_mb"])
+        r["rss_bare_python_mb"] = [bare_python_rss(g) for _ in range(n)]
         log("start -> READY, 4 VFs + rxe")
         g.check("modprobe rdma_rxe")
         r["ready_vfs_rxe"] = start_ready(g, vf_config(pf), n, pf)
@@ -185,6 +215,11 @@ def main() -> int:
     for what, value, b, name in rows:
         print(f"{what:<46}{value:>10.0f}{b:>10.0f}{value / b:>7.1f}x  {name}")
     print(f"{'import rdmad.cli (rdmad python)':<46}{ms(r['import_rdmad']):>10.0f}")
+    rss, bare = statistics.median(r["rss_empty_mb"]), statistics.median(r["rss_bare_python_mb"])
+    print(
+        f"{'idle RSS, empty config, API up (p50, MB)':<46}{rss:>10.1f}{bare:>10.1f}"
+        f"{rss / bare:>7.1f}x  bare python3 sleeping"
+    )
     print("guest clock (TCG); READY by systemd's monotonic stamps.")
     print(
         json.dumps(
@@ -202,6 +237,18 @@ def main() -> int:
                         "met": None,
                     }
                     for what, value, b, name in rows
+                ]
+                + [
+                    {
+                        "what": "idle RSS, empty config, API up (p50)",
+                        "rdmad": round(rss, 1),
+                        "baseline": round(bare, 1),
+                        "baseline_name": "bare python3 sleeping",
+                        "unit": "MB",
+                        "ratio": round(rss / bare, 2),
+                        "target": 45,
+                        "met": rss <= 45,
+                    }
                 ],
                 "samples_s": r,
                 "repeat": n,
