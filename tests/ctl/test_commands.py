@@ -456,6 +456,19 @@ def test_wait_rides_through_a_restart_of_rdmad(api: ApiStub) -> None:
     assert len(api.requests) >= 4
 
 
+def stopping_after_the_first_answer(api: ApiStub) -> Callable[[], None]:
+    """A change for ``ctl_beside``: once rdmad answered, it answers 503 (stopping)."""
+
+    def change() -> None:
+        for _ in range(1000):
+            if api.requests:
+                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
+                return
+            threading.Event().wait(0.01)
+
+    return change
+
+
 def fake_systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str) -> Path:
     """A systemctl that prints ``answer`` (what `systemctl show` prints) and writes down
     each call; returns the calls' file."""
@@ -487,16 +500,9 @@ def test_wait_exits_3_at_once_when_systemd_says_rdmad_was_stopped(
     calls = fake_systemctl(tmp_path, monkeypatch, STOPPED)
     api.json("GET /v1/status", in_unit("status-blocked.json"))
 
-    def stop_after_the_first_answer() -> None:
-        for _ in range(1000):
-            if api.requests:
-                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
-                return
-            threading.Event().wait(0.01)
-
     argv = ["wait", "--within", "60", *(["--json"] if json_out else [])]
     started = time.monotonic()
-    result = ctl_beside(api, stop_after_the_first_answer, *argv)
+    result = ctl_beside(api, stopping_after_the_first_answer(api), *argv)
     assert result.code == exits.NOT_RUNNING, result
     assert time.monotonic() - started < 30, "waited for --within"
     assert "rdmad.service was stopped and nothing is starting it again" in result.err
@@ -539,14 +545,7 @@ def test_wait_without_a_unit_never_asks_systemd(
     calls = fake_systemctl(tmp_path, monkeypatch, STOPPED)
     api.fixture("GET /v1/status", "status-blocked.json")  # no daemon.unit
 
-    def stop_after_the_first_answer() -> None:
-        for _ in range(1000):
-            if api.requests:
-                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
-                return
-            threading.Event().wait(0.01)
-
-    result = ctl_beside(api, stop_after_the_first_answer, "wait", "--within", "1.2")
+    result = ctl_beside(api, stopping_after_the_first_answer(api), "wait", "--within", "1.2")
     assert result.code == exits.NOT_RUNNING, result
     assert "until --within ended" in result.err
     assert not calls.exists()
@@ -587,14 +586,9 @@ def test_no_systemctl_or_a_failing_one_is_doubt(
 def test_wait_exits_3_when_rdmad_stays_down_past_within(api: ApiStub) -> None:
     api.fixture("GET /v1/status", "status-blocked.json")
 
-    def stop_after_the_first_answer() -> None:
-        for _ in range(1000):
-            if api.requests:
-                api.error("GET /v1/status", 503, "unavailable", "the daemon is stopping")
-                return
-            threading.Event().wait(0.01)
-
-    result = ctl_beside(api, stop_after_the_first_answer, "wait", "--within", "1.5", "--json")
+    result = ctl_beside(
+        api, stopping_after_the_first_answer(api), "wait", "--within", "1.5", "--json"
+    )
     assert result.code == exits.NOT_RUNNING, result
     assert "answered earlier, then was down until --within ended" in result.err
     assert json.loads(result.out)["error"]["code"] == "not-running"
