@@ -23,7 +23,10 @@ The clock is `guest_vf_poller.py` in the guest (CLOCK_MONOTONIC, a poll every 2 
   value and the rxe link visible;
 * reboot: the poller runs as an early unit (DefaultDependencies=no, ordered before
   udev's coldplug), so it sees the PF netdev appear; from there to everything visible.
-  The kernel's log stamp of igb's probe is reported beside it.
+  The kernel's log stamp of igb's probe is reported beside it, and per boot when the PF
+  appeared, when rdmad's process started and when it logged its first line (the
+  interpreter and the imports done): if that line comes after the PF, the restore
+  waited on rdmad's start-up, not on an event.
 
 Medians over --repeat; ratio rdmad / shell. Prints a table and, last, one JSON line.
 """
@@ -193,15 +196,22 @@ def poll_spec(pf: str, timeout: float, ready: str | None) -> dict[str, Any]:
     }
 
 
-def probe_stamp(g: Guest, pf: str) -> float | None:
-    """The kernel's monotonic stamp of igb's first probe line for the PF in this boot."""
+def journal_stamp(g: Guest, which: str, text: str) -> float | None:
+    """The monotonic stamp (s since the kernel) of this boot's first journal line of
+    ``which`` (journalctl's selection) that contains ``text``; None if there is none."""
     out = g.run(
-        f"journalctl -k -b -o short-monotonic --no-pager | grep -m1 'igb {pf}'", timeout=120
+        f"journalctl {which} -b -o short-monotonic --no-pager | grep -m1 -F '{text}'",
+        timeout=120,
     ).out
     try:
         return float(out.split("]", 1)[0].strip("[ "))
     except ValueError:
         return None
+
+
+def probe_stamp(g: Guest, pf: str) -> float | None:
+    """The kernel's monotonic stamp of igb's first probe line for the PF in this boot."""
+    return journal_stamp(g, "-k", f"igb {pf}")
 
 
 def reboot_run(g: Guest, pf: str) -> dict[str, Any]:
@@ -217,6 +227,9 @@ def reboot_run(g: Guest, pf: str) -> dict[str, Any]:
     # When rdmad's process was started: from there to READY=1 is its start-up at boot.
     usec = g.check("systemctl show -p ExecMainStartTimestampMonotonic --value rdmad").strip()
     res["t_rdmad_exec"] = int(usec) / 1e6 if usec.isdigit() and int(usec) else None
+    # Its first log line: the interpreter started and the daemon's imports done. Whether
+    # that came before the PF appeared decides whether the restore is the event path.
+    res["t_rdmad_log"] = journal_stamp(g, "-u rdmad.service", "event=daemon.start")
     return res
 
 
@@ -268,7 +281,7 @@ def run_mode(g: Guest, mode: str, pf: str, pf_netdev: str, repeat: int) -> dict[
     out["reboot_from_probe_log_ms"] = statistics.median(probes) if probes else None
     out["poller_before_pf"] = all(not x.get("pf_at_start") for x in out["reboot"])
     # Since the kernel started (CLOCK_MONOTONIC): when all was right, and the milestones.
-    for key in ("t_done", "t_rdmad_exec", *(f"t_{u}" for u in MILESTONES)):
+    for key in ("t_done", "t_pf", "t_rdmad_exec", "t_rdmad_log", *(f"t_{u}" for u in MILESTONES)):
         got = [float(x[key]) for x in out["reboot"] if x.get(key) is not None]
         out[f"boot_{key}_s"] = round(statistics.median(got), 2) if got else None
     return out
@@ -318,7 +331,9 @@ def table(res: dict[str, Any]) -> str:
     )
     for key, label in (
         ("boot_t_done_s", "all restored"),
+        ("boot_t_pf_s", "PF netdev appeared"),
         ("boot_t_rdmad_exec_s", "rdmad started (exec)"),
+        ("boot_t_rdmad_log_s", "rdmad's first log line"),
         ("boot_t_rdmad.service_s", "rdmad READY=1"),
         ("boot_t_systemd-udev-trigger.service_s", "coldplug done"),
         ("boot_t_multi-user.target_s", "multi-user.target"),
