@@ -53,9 +53,9 @@ def run(argv: list[str] | None, ctx: Ctx) -> int:
         return code
     except CtlError as exc:
         if exc.exit_code == exits.NOT_RUNNING:
-            from rdmad.ctl.client import START_HINT
+            from rdmad.ctl.commands import not_running_hints
 
-            ctx.warn(str(exc), START_HINT)
+            ctx.warn(str(exc), *not_running_hints(exc))
         else:
             ctx.warn(str(exc))
         return _failed(args, ctx, exc.exit_code, str(exc))

@@ -128,7 +128,8 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     imported (seconds on a slow node at boot), and a unit waiting for RDMA must not fail
     for that. Only when the time is up with no answer at all does it exit 5.
 
-    rdmad not running at the first ask exits 3 at once (start it first). Once it has
+    rdmad not running at the first ask exits 3 at once (start it first), unless systemd
+    says its unit is starting or restarting it: then it is asked again as below. Once it has
     answered, a daemon that stops answering (it crashed and systemd's ``Restart=``
     brings it back in seconds, or it is restarting) is asked again while ``--within``
     lasts: exit 3 if it is still down then, or as soon as systemd says its unit was
@@ -160,11 +161,21 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                 time.sleep(max(0.0, WAIT_FLOOR - (ctx.clock() - asked)))  # never a spin
                 continue
             except (NotRunning, Unavailable, ConnectionLost) as exc:
-                if doc is None or ctx.clock() >= deadline:
+                if ctx.clock() >= deadline:
                     raise
-                _unless_stopped_for_good(doc)
+                if doc is not None:
+                    _unless_stopped_for_good(doc)
+                    why = f"rdmad stopped answering ({exc}); asking again while it restarts"
+                else:
+                    # Down at the first ask: wait only while systemd says it is starting
+                    # or will start it again (a crash inside RestartSec=, `systemctl
+                    # start --no-block` just before); otherwise nothing will converge.
+                    unit = unitstate.offline() if isinstance(exc, NotRunning) else None
+                    if unit is None or not unit.coming:
+                        raise
+                    why = f"{exc}: {unit.says}; asking again"
                 if ctx.progress:
-                    ctx.warn(f"rdmad stopped answering ({exc}); asking again while it restarts")
+                    ctx.warn(why)
                 time.sleep(max(0.0, WAIT_RESTART - (ctx.clock() - asked)))
                 continue
             if _converged_since_asked(doc) or ctx.clock() >= deadline:
@@ -179,7 +190,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
         message = str(exc) if isinstance(exc, NotRunning) else f"rdmad stopped: {exc}"
         if doc is not None and not isinstance(exc, StoppedForGood):
             message = f"{message} (rdmad answered earlier, then was down until --within ended)"
-        ctx.warn(message, START_HINT)
+        ctx.warn(message, *not_running_hints(exc, unitstate.UNIT if doc is None else _unit(doc)))
         if args.json:
             ctx.json(exits.error_doc(exits.NOT_RUNNING, message))
         return exits.NOT_RUNNING
@@ -204,11 +215,17 @@ class StoppedForGood(NotRunning):
     """systemd says rdmad's unit was stopped and nothing starts it again."""
 
 
-def _unless_stopped_for_good(doc: dict[str, Any]) -> None:
-    """Raise StoppedForGood when the unit rdmad said it runs as will not come back."""
+def _unit(doc: dict[str, Any]) -> str | None:
+    """The systemd unit rdmad said it runs as (``daemon.unit``), if any."""
     daemon = doc.get("daemon")
     unit = daemon.get("unit") if isinstance(daemon, dict) else None
-    if isinstance(unit, str) and unit:
+    return unit if isinstance(unit, str) and unit else None
+
+
+def _unless_stopped_for_good(doc: dict[str, Any]) -> None:
+    """Raise StoppedForGood when the unit rdmad said it runs as will not come back."""
+    unit = _unit(doc)
+    if unit is not None:
         why = unitstate.stopped_for_good(unit)
         if why is not None:
             raise StoppedForGood(f"rdmad stopped: {why}")
@@ -220,8 +237,19 @@ def _converged_since_asked(doc: dict[str, Any]) -> bool:
     return doc["converged"] is True and doc.get("answered") is not False
 
 
+def not_running_hints(exc: Exception, unit: str | None = unitstate.UNIT) -> tuple[str, ...]:
+    """The lines under "rdmad is not running": what systemd says of ``unit`` (the one
+    the daemon named, else the packaged one; None: a daemon that runs outside systemd)
+    and what to do then, where systemd can be asked; else how to start it."""
+    if unit is None or isinstance(exc, StoppedForGood):
+        return (START_HINT,)
+    state = unitstate.offline(unit)
+    return (START_HINT,) if state is None else (state.says, state.hint)
+
+
 def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
-    ctx.warn(str(exc), START_HINT)
+    unit = unitstate.offline()
+    ctx.warn(str(exc), *((unit.says, unit.hint) if unit is not None else (START_HINT,)))
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     if args.json:
         ctx.json(
@@ -229,6 +257,9 @@ def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
                 "running": False,
                 "socket": args.socket,
                 "error": exits.error(exc.exit_code, str(exc)),
+                "unit": None
+                if unit is None
+                else {"name": unitstate.UNIT, "says": unit.says, "systemd": unit.props},
                 "state": state,
             }
         )

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rdmad.ctl import run
+from rdmad.ctl import run, unitstate
 from rdmad.ctl.commands import Ctx
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -151,6 +151,14 @@ def api(short_dir: Path) -> Iterator[ApiStub]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@pytest.fixture(autouse=True)
+def no_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rdmad-ctl asks systemd about rdmad's unit when the daemon does not answer: here a
+    systemctl that does not exist, as on a machine without systemd, whatever this one
+    runs; a test that wants an answer puts its own (``fake_systemctl``)."""
+    monkeypatch.setattr(unitstate, "SYSTEMCTL", "/nonexistent/systemctl")
 
 
 @pytest.fixture(autouse=True)

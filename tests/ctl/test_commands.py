@@ -571,6 +571,135 @@ def test_what_systemd_says_of_the_unit(show: str, stopped: str | None) -> None:
     assert unitstate.verdict("rdmad.service", show) == stopped
 
 
+STARTING = "LoadState=loaded\nActiveState=activating\nSubState=start\nJob=412\nResult=success\n"
+CRASHED = (
+    "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nJob=\n"
+    "Result=exit-code\nNRestarts=2\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("show", "says", "hint", "coming"),
+    [
+        (
+            CRASHED,
+            "failed (exit-code) and systemd starts it again shortly (restart 2)",
+            "why it failed: journalctl -u rdmad.service",
+            True,
+        ),
+        (STARTING, "is starting (start)", "`rdmad-ctl wait` waits for it", True),
+        (
+            "LoadState=loaded\nActiveState=inactive\nSubState=dead\nJob=317\n",
+            "is starting",
+            "`rdmad-ctl wait`",
+            True,
+        ),  # a start job queued
+        (
+            "LoadState=loaded\nActiveState=deactivating\nSubState=stop-sigterm\nJob=260\n",
+            "is stopping (stop-sigterm)",
+            "journalctl -u rdmad.service",
+            True,
+        ),
+        (STOPPED, "is stopped", "start it: systemctl start rdmad.service", False),
+        (
+            "LoadState=loaded\nActiveState=failed\nSubState=failed\nJob=\nResult=signal\n",
+            "failed (signal) and systemd is not restarting it",
+            "systemctl start rdmad.service",
+            False,
+        ),
+        (
+            "LoadState=loaded\nActiveState=active\nSubState=running\nJob=\n",
+            "is running, but not on this socket",
+            "--socket PATH",
+            False,
+        ),
+    ],
+)
+def test_what_status_says_of_the_unit_when_rdmad_does_not_answer(
+    show: str, says: str, hint: str, coming: bool
+) -> None:
+    got = unitstate.describe("rdmad.service", show)
+    assert got is not None
+    assert got.says.startswith("rdmad.service ") and says in got.says, got.says
+    assert hint in got.hint, got.hint
+    assert got.coming is coming
+
+
+@pytest.mark.parametrize(
+    "show", ["LoadState=not-found\nActiveState=inactive\nSubState=dead\nJob=\n", ""]
+)
+def test_a_unit_systemd_does_not_have_says_nothing(show: str) -> None:
+    assert unitstate.describe("rdmad.service", show) is None
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_status_while_systemd_restarts_rdmad_says_so_instead_of_start_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_out: bool
+) -> None:
+    """Nothing answers on the socket during Restart='s wait after a crash: status says
+    what systemd says (failed, restarting shortly, why: the journal), not "start it"."""
+    calls = fake_systemctl(tmp_path, monkeypatch, CRASHED)
+    result = ctl(
+        "status",
+        *(["--json"] if json_out else []),
+        socket=str(tmp_path / "absent.sock"),
+        state_dir=str(tmp_path),
+    )
+    assert result.code == exits.NOT_RUNNING, result
+    assert "rdmad is not running (no socket at" in result.err
+    assert "rdmad.service failed (exit-code) and systemd starts it again shortly" in result.err
+    assert "journalctl -u rdmad.service" in result.err
+    assert "systemctl start" not in result.err
+    assert calls.read_text().strip().endswith("-- rdmad.service")
+    if json_out:
+        unit = json.loads(result.out)["unit"]
+        assert unit["name"] == "rdmad.service" and "starts it again" in unit["says"]
+        assert unit["systemd"]["SubState"] == "auto-restart"
+        assert unit["systemd"]["NRestarts"] == "2"
+
+
+def test_status_without_systemd_says_how_to_start_it(tmp_path: Path) -> None:
+    result = ctl("status", "--json", socket=str(tmp_path / "absent.sock"), state_dir=str(tmp_path))
+    assert result.code == exits.NOT_RUNNING
+    assert commands.START_HINT in result.err
+    assert json.loads(result.out)["unit"] is None
+
+
+def test_wait_asked_while_rdmad_starts_waits_for_it(
+    api: ApiStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No socket at the first ask, but systemd says the unit is starting (at boot its
+    imports take seconds; `systemctl start --no-block` just before): asked again until
+    it answers converged, exit 0, where it exited 3 at once before."""
+    calls = fake_systemctl(tmp_path, monkeypatch, STARTING)
+    api.json("GET /v1/status", in_unit("status-converged.json"))
+    hidden = api.socket + ".starting"
+    os.rename(api.socket, hidden)
+
+    def comes_up() -> None:
+        for _ in range(2000):
+            if calls.exists():  # it found no socket and asked systemd
+                os.rename(hidden, api.socket)
+                return
+            threading.Event().wait(0.01)
+
+    result = ctl_beside(api, comes_up, "wait", "--within", "30")
+    assert result.code == exits.OK, result
+    assert result.out.startswith("converged after"), result.out
+
+
+def test_wait_asked_while_rdmad_is_stopped_exits_3_at_once_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_systemctl(tmp_path, monkeypatch, STOPPED)
+    started = time.monotonic()
+    result = ctl("wait", "--within", "60", socket=str(tmp_path / "absent.sock"))
+    assert result.code == exits.NOT_RUNNING, result
+    assert time.monotonic() - started < 10, "waited for --within"
+    assert "rdmad.service is stopped" in result.err
+    assert "start it: systemctl start rdmad.service" in result.err
+
+
 def test_no_systemctl_or_a_failing_one_is_doubt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

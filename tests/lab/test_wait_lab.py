@@ -20,7 +20,14 @@ import re
 import shlex
 
 import pytest
-from daemon_proc import main_pid, restarts, status_doc, wait_converged, wait_restarted
+from daemon_proc import (
+    main_pid,
+    restarts,
+    status_doc,
+    unit_props,
+    wait_converged,
+    wait_restarted,
+)
 from harness import Guest
 from service import reload, serving_veth, start, write_config
 from test_rxe_persistence import virtio_netdev
@@ -235,4 +242,53 @@ def test_a_wait_under_way_ends_at_once_when_rdmad_is_stopped(consumer_guest: Gue
         assert "rdmad.service was stopped and nothing is starting it again" in out, out
     finally:
         g.stop_unit(waiter)
+        g.run("systemctl start rdmad.service", timeout=300)  # as the other tests find it
+
+
+def test_status_and_a_new_wait_while_systemd_restarts_rdmad(consumer_guest: Guest) -> None:
+    """rdmad crashes (SIGKILL) and systemd waits RestartSec= before starting it again (30 s
+    here, by a drop-in, so the test sees that state for sure). Meanwhile `rdmad-ctl
+    status` says what systemd says (failed, started again shortly, the journal), not
+    "start it"; a `rdmad-ctl wait` asked then waits for the restart instead of exiting 3
+    at once, and ends converged once rdmad is back."""
+    g = consumer_guest
+    dropin = "/run/systemd/system/rdmad.service.d/lab-restart-later.conf"
+    g.run(f"rm -f {WAITER_OUT} {WAITER_RC}")
+    start(g, '[daemon]\ndrift_interval = "1h"\n')
+    g.check(
+        f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '[Service]\\nRestartSec=30s\\n' > {dropin}"
+        " && systemctl daemon-reload"
+    )
+    waiter = None
+    try:
+        pid, restarted = main_pid(g), restarts(g)
+        g.check("systemctl kill -s KILL rdmad.service")
+        g.wait_until(
+            lambda: unit_props(g, "SubState")["SubState"] == "auto-restart",
+            timeout=20,
+            interval=0.2,
+            what="systemd in RestartSec='s wait",
+        )
+        st = g.run("rdmad-ctl status")
+        assert st.returncode == 3, st.out + st.err
+        assert "rdmad is not running" in st.err, st.err
+        assert "rdmad.service failed (signal) and systemd starts it again shortly" in st.err, st.err
+        assert "journalctl -u rdmad.service" in st.err and "systemctl start" not in st.err
+        doc = json.loads(g.run("rdmad-ctl status --json").out)
+        assert doc["unit"]["systemd"]["SubState"] == "auto-restart", doc["unit"]
+        waiter = g.start_unit(
+            "lab-waiter",
+            f"rdmad-ctl wait --within 180 > {WAITER_OUT} 2>&1; echo $? > {WAITER_RC}",
+            max_seconds=300,
+        )
+        wait_restarted(g, pid)
+        assert restarts(g) > restarted
+        g.wait_until(lambda: g.exists(WAITER_RC), timeout=120, interval=0.5, what="the wait")
+        out = g.check(f"cat {WAITER_OUT}")
+        assert g.read(WAITER_RC).strip() == "0", out
+        assert out.startswith("converged after"), out
+    finally:
+        if waiter is not None:
+            g.stop_unit(waiter)
+        g.run(f"rm -f {dropin}; systemctl daemon-reload")
         g.run("systemctl start rdmad.service", timeout=300)  # as the other tests find it
