@@ -57,8 +57,10 @@ TABLE: tuple[tuple[int, str, str], ...] = (
         NOT_RUNNING,
         "not-running",
         "rdmad is not running (no socket, or nothing listens on it; also `rdmad plan "
-        "--daemon`): it says how to start it; `rdmad-ctl status` and `history` still "
-        "show what the state file holds",
+        "--daemon`): it says what systemd says of `rdmad.service` (starting, restarting "
+        "after a crash, stopped, failed) and what to do, or how to start it where systemd "
+        "cannot be asked; `rdmad-ctl status` and `history` still show what the state "
+        "file holds",
     ),
     (
         DENIED,

@@ -36,9 +36,10 @@ examples:
 """
     + exits.help_text()
     + f"""
-  When rdmad is not running, `status` (and `history`) say how to start it and
-  show what the daemon saved: the state file, its age, the last changes and
-  errors it holds.
+  When rdmad is not running, `status` (and `history`) say what systemd says of
+  rdmad.service (starting, restarting after a crash, stopped, failed; else how
+  to start it) and show what the daemon saved: the state file, its age, the
+  last changes and errors it holds.
 
 files:
   {DEFAULT_SOCKET}

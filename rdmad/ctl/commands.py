@@ -309,7 +309,7 @@ def _history_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int
         for e in state["history"]
         if (obj is None or e.get("obj") == obj) and (since is None or _at(e) >= since)
     ][-(args.limit or 200) :]
-    ctx.warn(str(exc), START_HINT)
+    ctx.warn(str(exc), *not_running_hints(exc))
     if args.json:
         ctx.json(
             {

@@ -658,6 +658,18 @@ def test_status_while_systemd_restarts_rdmad_says_so_instead_of_start_it(
         assert unit["systemd"]["NRestarts"] == "2"
 
 
+def test_history_and_other_commands_with_rdmad_down_say_what_systemd_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_systemctl(tmp_path, monkeypatch, STOPPED)
+    absent = str(tmp_path / "absent.sock")
+    for argv in (["history"], ["reconcile"], ["plan"]):
+        result = ctl(*argv, socket=absent, state_dir=str(tmp_path))
+        assert result.code == exits.NOT_RUNNING, (argv, result)
+        assert "rdmad.service is stopped" in result.err, (argv, result.err)
+        assert "start it: systemctl start rdmad.service" in result.err
+
+
 def test_status_without_systemd_says_how_to_start_it(tmp_path: Path) -> None:
     result = ctl("status", "--json", socket=str(tmp_path / "absent.sock"), state_dir=str(tmp_path))
     assert result.code == exits.NOT_RUNNING
