@@ -114,12 +114,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "start it first), unless systemd says rdmad.service is starting or will be\n"
         "restarted: then it waits for it. Once rdmad has answered, a restart (a\n"
         "crash and systemd's Restart=, systemctl restart) is waited out while\n"
-        "--within lasts; exit 3\n"
-        "if it is still down then, or at once when systemd says rdmad's unit was\n"
-        "stopped and nothing starts it again (systemctl stop rdmad, a crash past\n"
-        "its start limit). A request rdmad answers late (right after start, its\n"
-        "web server still loading) is asked again while --within lasts; exit 5\n"
-        "only if no answer came. Needs root or the API's read group.\n"
+        "--within lasts; exit 3 if it is still down then, or at once when systemd\n"
+        "says rdmad's unit was stopped and nothing starts it again (systemctl stop\n"
+        "rdmad, a crash past its start limit). A request rdmad answers late (right\n"
+        "after start, its web server still loading) is asked again while --within\n"
+        "lasts; exit 5 only if no answer came. Needs root or the API's read group.\n"
         "rdmad-wait-converged.service runs it at boot: units that need RDMA order\n"
         "after it (Wants= or Requires= and After=).",
     ),

@@ -129,8 +129,8 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     for that. Only when the time is up with no answer at all does it exit 5.
 
     rdmad not running at the first ask exits 3 at once (start it first), unless systemd
-    says its unit is starting or restarting it: then it is asked again as below. Once it has
-    answered, a daemon that stops answering (it crashed and systemd's ``Restart=``
+    says its unit is starting or restarting it: then it is asked again as below. Once it
+    has answered, a daemon that stops answering (it crashed and systemd's ``Restart=``
     brings it back in seconds, or it is restarting) is asked again while ``--within``
     lasts: exit 3 if it is still down then, or as soon as systemd says its unit was
     stopped and nothing starts it again (``systemctl stop rdmad``, a crash past the
