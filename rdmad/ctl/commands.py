@@ -110,7 +110,13 @@ def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     try:
         doc = _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
     except NotRunning as exc:
-        return _status_offline(args, ctx, exc)
+        unit = unitstate.offline()
+        if unit is None or not unit.running:
+            return _status_offline(args, ctx, exc, unit)
+        try:  # it came up between the two looks (see Offline.running): ask it once more
+            doc = _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
+        except NotRunning:
+            return _status_offline(args, ctx, exc, unit)
     if args.json:
         ctx.json(doc)
     else:
@@ -139,6 +145,7 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
     started = ctx.clock()
     deadline = started + args.within
     doc: dict[str, Any] | None = None
+    rechecked = False
     try:
         while True:
             asked = ctx.clock()
@@ -171,6 +178,9 @@ def wait(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
                     # or will start it again (a crash inside RestartSec=, `systemctl
                     # start --no-block` just before); otherwise nothing will converge.
                     unit = unitstate.offline() if isinstance(exc, NotRunning) else None
+                    if unit is not None and unit.running and not rechecked:
+                        rechecked = True  # it came up since it was asked (Offline.running)
+                        continue
                     if unit is None or not unit.coming:
                         raise
                     why = f"{exc}: {unit.says}; asking again"
@@ -247,8 +257,9 @@ def not_running_hints(exc: Exception, unit: str | None = unitstate.UNIT) -> tupl
     return (START_HINT,) if state is None else (state.says, state.hint)
 
 
-def _status_offline(args: argparse.Namespace, ctx: Ctx, exc: NotRunning) -> int:
-    unit = unitstate.offline()
+def _status_offline(
+    args: argparse.Namespace, ctx: Ctx, exc: NotRunning, unit: unitstate.Offline | None
+) -> int:
     ctx.warn(str(exc), *((unit.says, unit.hint) if unit is not None else (START_HINT,)))
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     if args.json:

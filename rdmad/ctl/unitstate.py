@@ -81,6 +81,12 @@ class Offline:
         self.coming = coming  # starting, or to be restarted: a wait may wait for it
         self.props = props  # the properties as systemd printed them (--json)
 
+    @property
+    def running(self) -> bool:
+        """systemd has READY=1 from it. rdmad's API socket listens before it says so: no
+        socket a moment before means it came up since, or it listens elsewhere."""
+        return self.props.get("ActiveState") == "active"
+
 
 def offline(unit: str = UNIT) -> Offline | None:
     """``describe`` of what systemd says now; None when it cannot be asked."""

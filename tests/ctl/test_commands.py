@@ -700,6 +700,52 @@ def test_wait_asked_while_rdmad_starts_waits_for_it(
     assert result.out.startswith("converged after"), result.out
 
 
+ACTIVE = "LoadState=loaded\nActiveState=active\nSubState=running\nJob=\nResult=success\n"
+
+
+def systemctl_that_brings_it_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hidden: str, socket_path: str
+) -> None:
+    """A systemctl asked just as rdmad came up: by the time it answers (active), the
+    socket that was not there a moment ago is."""
+    script = tmp_path / "systemctl"
+    script.write_text(f"#!/bin/sh\nmv {hidden} {socket_path} 2>/dev/null\nprintf '{ACTIVE}'\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(unitstate, "SYSTEMCTL", str(script))
+
+
+@pytest.mark.parametrize("command", ["status", "wait"])
+def test_rdmad_coming_up_between_the_two_looks_is_asked_again(
+    api: ApiStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """No socket, then systemd says active: READY=1 came in between (rdmad listens
+    before it says so). Asked once more, it answers; not "running, but not on this
+    socket"."""
+    api.json("GET /v1/status", in_unit("status-converged.json"))
+    hidden = api.socket + ".binding"
+    os.rename(api.socket, hidden)
+    systemctl_that_brings_it_up(tmp_path, monkeypatch, hidden, api.socket)
+    result = ctl(command, socket=api.socket)
+    assert result.code == exits.OK, result
+    assert "not on this socket" not in result.err
+
+
+@pytest.mark.parametrize("command", ["status", "wait"])
+def test_rdmad_running_elsewhere_is_said_after_one_more_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    calls = fake_systemctl(tmp_path, monkeypatch, ACTIVE)
+    elsewhere = str(tmp_path / "elsewhere.sock")
+    argv = ["wait", "--within", "60"] if command == "wait" else ["status"]
+    started = time.monotonic()
+    result = ctl(*argv, socket=elsewhere, state_dir=str(tmp_path))
+    assert result.code == exits.NOT_RUNNING, result
+    assert time.monotonic() - started < 10, "waited for --within"
+    assert "rdmad.service is running, but not on this socket" in result.err
+    assert "--socket PATH" in result.err
+    assert 1 <= len(calls.read_text().splitlines()) <= 3
+
+
 def test_wait_asked_while_rdmad_is_stopped_exits_3_at_once_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
