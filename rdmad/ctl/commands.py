@@ -107,14 +107,17 @@ class Ctx:
 
 
 def status(args: argparse.Namespace, ctx: Ctx, client: Client) -> int:
+    def ask() -> dict[str, Any]:
+        return _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
+
     try:
-        doc = _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
+        doc = ask()
     except NotRunning as exc:
         unit = unitstate.offline()
         if unit is None or not unit.running:
             return _status_offline(args, ctx, exc, unit)
         try:  # it came up between the two looks (see Offline.running): ask it once more
-            doc = _doc(client.get("/v1/status"), "/v1/status", "objects", "converged")
+            doc = ask()
         except NotRunning:
             return _status_offline(args, ctx, exc, unit)
     if args.json:
@@ -253,14 +256,19 @@ def not_running_hints(exc: Exception, unit: str | None = unitstate.UNIT) -> tupl
     and what to do then, where systemd can be asked; else how to start it."""
     if unit is None or isinstance(exc, StoppedForGood):
         return (START_HINT,)
-    state = unitstate.offline(unit)
+    return _hints(unitstate.offline(unit))
+
+
+def _hints(state: unitstate.Offline | None) -> tuple[str, ...]:
+    """What systemd says of the unit and what to do then; how to start rdmad where
+    systemd could not be asked."""
     return (START_HINT,) if state is None else (state.says, state.hint)
 
 
 def _status_offline(
     args: argparse.Namespace, ctx: Ctx, exc: NotRunning, unit: unitstate.Offline | None
 ) -> int:
-    ctx.warn(str(exc), *((unit.says, unit.hint) if unit is not None else (START_HINT,)))
+    ctx.warn(str(exc), *_hints(unit))
     state = offline.load(offline.state_path(args.state_dir), ctx.boot_id())
     if args.json:
         ctx.json(
