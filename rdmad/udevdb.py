@@ -27,7 +27,12 @@ def netdev_entry(ifindex: int | str) -> str:
     return f"{DATA}/n{ifindex}"
 
 
-def unprocessed(exists: Callable[[str], bool], entry: str) -> bool:
+def unprocessed(lookup: Callable[[str], bool | None], entry: str) -> bool:
     """udevd runs and has not processed the device whose entry this is (yet). Without
-    udevd nothing will process it: False, nothing to wait for."""
-    return exists(CONTROL) and not exists(entry)
+    udevd nothing will process it: False, nothing to wait for.
+
+    ``lookup`` says whether a path exists, None when that is unknown (the lookup failed
+    with other than ENOENT). Unknown is read as the case that waits, udevd running and
+    the entry missing: acting early can set a PF up before udev has named it, which
+    then keeps the kernel's name; waiting costs a pass that says why."""
+    return lookup(CONTROL) is not False and lookup(entry) is not True

@@ -152,4 +152,4 @@ def _as_toml(raw: object) -> str:
 def udev_pending(fs: Root, pci: str) -> bool:
     """A PCI PF with no driver that udevd has not processed yet (at boot: coldplug may
     still load its driver), as the daemon's observation judges it."""
-    return not is_netdevsim(pci) and udevdb.unprocessed(fs.exists, udevdb.pci_entry(pci))
+    return not is_netdevsim(pci) and udevdb.unprocessed(fs.lookup, udevdb.pci_entry(pci))

@@ -54,6 +54,17 @@ class Root:
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self.path(rel))
 
+    def lookup(self, rel: str) -> bool | None:
+        """Whether a path exists; None (and noted) when the lookup fails otherwise."""
+        try:
+            os.lstat(self.path(rel))
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return False
+            self._note(rel, exc)
+            return None
+        return True
+
     def link_name(self, rel: str) -> str | None:
         try:
             return os.path.basename(os.readlink(self.path(rel)))

@@ -397,3 +397,6 @@ class OnceReads(Sysfs):
         if rel not in self._exists:
             self._exists[rel] = self._fs.exists(rel)
         return self._exists[rel]
+
+    def present(self, rel: str) -> bool:
+        return self._fs.present(rel)  # not kept: a failed lookup must fail each time

@@ -142,6 +142,29 @@ def test_at_boot_a_pf_udev_has_not_processed_is_said_to_be_awaited(tmp_path: Pat
     )
 
 
+def test_where_udevd_cannot_be_looked_up_the_doctor_says_what_the_daemon_does(
+    tmp_path: Path,
+) -> None:
+    """A lookup under /run/udev that fails other than ENOENT (here ELOOP) is unknown,
+    never "no udevd": the PF is awaited as at boot, and the report names the path."""
+    root = tmp_path / "root"
+    fs = FakeSysfs(root)
+    fs.pf(IGB, "", totalvfs=7, vendor="0x8086", device="0x10c9")  # no driver bound
+    (root / "run").mkdir(exist_ok=True)
+    (root / "run/udev").symlink_to("udev")  # a loop: every lookup under it fails
+    literal = f'[[sriov]]\npf = {{ pci = "{IGB}" }}\nnumvfs = 2\n'
+    etc = tmp_path / "etc"
+    (etc / "rdmad.d").mkdir(parents=True)
+    (etc / "rdmad.toml").write_text(literal)
+    report = run_checks(Root(str(root)), str(etc), None)
+    sriov = next(c for c in report.checks if c.id == "sriov")
+    assert sriov.evidence == (
+        f"pf pci={IGB} ({IGB}, no driver yet: udev has not processed it (at boot)): "
+        "up to 7 VFs, autoprobe 1",
+    )
+    assert "/run/udev/control: Too many levels of symbolic links" in report.unread
+
+
 def test_patterns_ids_and_netdev_names_as_the_daemon_reads_them(tmp_path: Path) -> None:
     fleet_node(tmp_path / "root")
     toml = (

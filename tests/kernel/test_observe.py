@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import msgspec
@@ -9,6 +10,7 @@ import msgspec
 from rdmad.kernel.apply.observe import observe, observe_changed
 from rdmad.kernel.netlink.rtnl_codec import LinkInfo
 from rdmad.kernel.sysfs import Sysfs
+from rdmad.kernel.sysfs_files import Unreadable
 from rdmad.model import (
     Desired,
     NetdevObserved,
@@ -354,6 +356,29 @@ def test_a_pf_netdev_udev_has_not_named_yet_is_pending_until_its_entry_exists(
     assert igb(up)[0] is False  # up already: nothing rdmad would do can block a rename
     fs.write("run/udev/data/n40", "E:ID_NET_DRIVER=igb\n")
     assert igb(down)[0] is False
+
+
+def test_a_failed_lookup_under_run_udev_is_pending_not_no_udevd(tmp_path: Path) -> None:
+    """A lookup under /run/udev that fails (EACCES here) is unknown: read as "udevd may
+    run and has not processed it", which waits, never as "no udevd", which would set a
+    PF up before udev names it."""
+    fs = mlx5_node(tmp_path)
+    fs.pf("0000:01:00.0", "", 7, vendor="0x8086", device="0x10c9")  # no driver bound
+    down = LinkInfo("enp94s0f0", 40, "52:54:00:12:34:56", None, False, "down", None)
+
+    class Refused(Sysfs):
+        def present(self, rel: str) -> bool:
+            if rel.startswith("run/udev/"):
+                raise Unreadable("look up", rel, PermissionError(errno.EACCES, "Permission denied"))
+            return super().present(rel)
+
+    def pending(sysfs: Sysfs) -> dict[str, bool]:
+        obs = observe(sysfs, {"enp94s0f0": down})
+        return {p.pci: p.udev_pending for p in obs.pfs if p.pci in ("0000:01:00.0", IGB_PF)}
+
+    assert pending(Refused(tmp_path)) == {"0000:01:00.0": True, IGB_PF: True}
+    # Looked up and not there: no udevd (a container), nothing to wait for.
+    assert pending(Sysfs(tmp_path)) == {"0000:01:00.0": False, IGB_PF: False}
 
 
 def test_a_pf_with_no_driver_is_pending_until_udev_has_processed_its_pci_device(

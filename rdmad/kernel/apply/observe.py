@@ -411,7 +411,15 @@ def _udev_pending(
         entry = udevdb.netdev_entry(ifindex)
     else:
         return False
-    return udevdb.unprocessed(sysfs.exists, entry)
+    return udevdb.unprocessed(lambda rel: _lookup(sysfs, rel), entry)
+
+
+def _lookup(sysfs: Sysfs, rel: str) -> bool | None:
+    """Whether ``rel`` exists; None when the lookup fails (not ENOENT): unknown."""
+    try:
+        return sysfs.present(rel)
+    except Unreadable:
+        return None
 
 
 def _pause_record(
