@@ -25,7 +25,6 @@ Medians over --repeat, guest clock. Prints a table and, last, one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -38,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 
 from harness import Guest, lab_script_exit, log, pool_or_exit, rdmad_python  # noqa: E402
-from headline import row  # noqa: E402
+from headline import emit, row  # noqa: E402
 
 NSIM_ID = 23
 NSIM_VFS = 256
@@ -72,6 +71,9 @@ async def main(n):
         return {"seconds": out, "pfs": len(obs.pfs), "vfs": vfs}
 print(json.dumps(asyncio.run(main(int(sys.argv[1])))))
 """
+
+
+PASS = "python3 -c pass"
 
 
 def vf_config(pf: str) -> str:
@@ -197,65 +199,35 @@ def main() -> int:
     finally:
         pool.close()
     base = ms(r["python_pass"])
-    rows = [
-        ("rdmad start -> READY, empty config (p50)", ms(r["ready_empty"]), base, "python3 -c pass"),
-        (
-            "rdmad start -> READY, 4 VFs + rxe (p50)",
-            ms(r["ready_vfs_rxe"]),
-            base,
-            "python3 -c pass",
-        ),
-        (
+    rss, bare = statistics.median(r["rss_empty_mb"]), statistics.median(r["rss_bare_python_mb"])
+    headline = [
+        row("rdmad start -> READY, empty config (p50)", ms(r["ready_empty"]), base, PASS),
+        row("rdmad start -> READY, 4 VFs + rxe (p50)", ms(r["ready_vfs_rxe"]), base, PASS),
+        row(
             f"observe(), netdevsim PF with {NSIM_VFS} VFs (p50)",
             ms(r["observe"]),
             ms(r["ip_rdma_sysfs"]),
             "ip -d -j link show + rdma link + sysfs numvfs",
         ),
+        row("import rdmad.cli (rdmad python) (p50)", ms(r["import_rdmad"])),
+        row(
+            "idle RSS, empty config, API up (p50)",
+            rss,
+            bare,
+            "bare python3 sleeping",
+            unit="MB",
+            target="<= 45 MB",  # #61, for the host's bench_idle; here beside it
+            met=rss <= 45,
+        ),
     ]
-    print(f"{'what':<46}{'rdmad ms':>10}{'baseline':>10}{'ratio':>8}  baseline")
-    for what, value, b, name in rows:
-        print(f"{what:<46}{value:>10.0f}{b:>10.0f}{value / b:>7.1f}x  {name}")
-    print(f"{'import rdmad.cli (rdmad python)':<46}{ms(r['import_rdmad']):>10.0f}")
-    rss, bare = statistics.median(r["rss_empty_mb"]), statistics.median(r["rss_bare_python_mb"])
-    print(
-        f"{'idle RSS, empty config, API up (p50, MB)':<46}{rss:>10.1f}{bare:>10.1f}"
-        f"{rss / bare:>7.1f}x  bare python3 sleeping"
-    )
     print("guest clock (TCG); READY by systemd's monotonic stamps.")
-    print(
-        json.dumps(
-            {
-                "bench": "guest_start",
-                "headline": [
-                    {
-                        "what": what,
-                        "rdmad": round(value, 1),
-                        "baseline": round(b, 1),
-                        "baseline_name": name,
-                        "unit": "ms",
-                        "ratio": round(value / b, 2),
-                        "target": None,
-                        "met": None,
-                    }
-                    for what, value, b, name in rows
-                ]
-                + [
-                    row(
-                        "idle RSS, empty config, API up (p50)",
-                        round(rss, 1),
-                        round(bare, 1),
-                        "bare python3 sleeping",
-                        unit="MB",
-                        target="<= 45 MB",  # #61, for the host's bench_idle; here beside it
-                        met=rss <= 45,
-                    )
-                ],
-                "samples_s": r,
-                "repeat": n,
-                "guest_kernel": kernel,
-                "wall_s": round(time.monotonic() - started, 1),
-            }
-        )
+    emit(
+        "guest_start",
+        headline,
+        samples_s=r,
+        repeat=n,
+        guest_kernel=kernel,
+        wall_s=round(time.monotonic() - started, 1),
     )
     return 0
 
