@@ -316,18 +316,20 @@ class TriggerQueue:
             self._heard.popitem(last=False)
 
     def _echoes(self, trigger: Trigger) -> bool:
-        """A uevent that says nothing the link news has not: same link, same state
-        (added or gone), no name the news did not carry. Not yet heard: not an echo
-        (the uevent came first, or the news was lost), so it is queued as before."""
+        """A uevent that says nothing the link news has not: same link, no name the
+        news did not carry, and the same state (added or gone), or an add of a link
+        the news has since heard gone: udevd's copy lags by as long as its rules take
+        (behind a storm on a slow node, most adds arrive after their link was deleted)
+        and tells of a link that is no more. Not yet heard: not an echo (the uevent
+        came first, or the news was lost), so it is queued as before."""
         if trigger.echo is None:
             return False
         index, present = trigger.echo
         known = self._heard.get(index)
-        return (
-            known is not None
-            and known[1] == present
-            and known[0].issuperset(device_names(trigger.touches))
-        )
+        if known is None or not known[0].issuperset(device_names(trigger.touches)):
+            return False
+        news_present = known[1]
+        return news_present == present or (present and not news_present)
 
     def _unawaited(self, trigger: Trigger) -> bool:
         awaited = self.awaited_netdevs

@@ -272,6 +272,21 @@ def test_a_uevent_that_echoes_link_news_is_dropped() -> None:
     assert q.pending is None and q.echoes == 2
 
 
+def test_a_uevent_of_an_add_after_the_news_of_its_removal_is_dropped() -> None:
+    """Behind a storm on a slow node udevd's copy of an add arrives after the link was
+    deleted: the news told both already. Each used to start a pass of its own (34 of 59
+    passes in a lab storm of 1,000 netdev events)."""
+    q = TriggerQueue(FakeClock())
+    q.put(link_news(7, "veth0"))
+    q.put(link_news(7, "veth0", gone=True))
+    q.take()
+    q.put(uevent("add", 7, "veth0"))
+    q.put(uevent("remove", 7, "veth0"))
+    assert q.pending is None and q.echoes == 2
+    q.put(uevent("add", 7, "other"))  # a name the news never carried: queued
+    assert q.pending is not None and q.echoes == 2
+
+
 def test_a_rename_heard_as_news_makes_both_names_the_links() -> None:
     q = TriggerQueue(FakeClock())
     q.put(link_news(7, "eth1"))
