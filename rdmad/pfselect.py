@@ -109,9 +109,15 @@ def unbound_words(pcis: Sequence[str]) -> str:
     )
 
 
-def pending_words(pcis: Sequence[str]) -> str:
+def pending_words(pcis: Sequence[str], unread: str | None = None) -> str:
     """How the daemon and the doctor say PFs with no driver that udev has not processed
-    yet (at boot), before what may follow."""
+    yet (at boot), before what may follow; ``unread``: the path under /run/udev whose
+    lookup failed, which made that unknown (waited for as "not yet")."""
+    if unread:
+        return (
+            f"{', '.join(pcis)} has no driver bound, and whether udev has processed it is "
+            f"unknown ({unread} could not be read)"
+        )
     return f"{', '.join(pcis)} has no driver bound yet and udev has not processed it (at boot)"
 
 

@@ -12,6 +12,7 @@ relative to the root the caller reads from (``/`` on a node, a fake tree in test
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 CONTROL = "run/udev/control"  # udevd's control socket: it runs
 DATA = "run/udev/data"
@@ -36,3 +37,25 @@ def unprocessed(lookup: Callable[[str], bool | None], entry: str) -> bool:
     the entry missing: acting early can set a PF up before udev has named it, which
     then keeps the kernel's name; waiting costs a pass that says why."""
     return lookup(CONTROL) is not False and lookup(entry) is not True
+
+
+class Verdict(NamedTuple):
+    """``unprocessed``'s answer, with the path whose failed lookup made it "not yet"
+    (``/run/udev/...``; None when every lookup answered): the words then say unknown."""
+
+    pending: bool
+    unread: str | None
+
+
+def verdict(lookup: Callable[[str], bool | None], entry: str) -> Verdict:
+    """``unprocessed(lookup, entry)``, and which lookup failed if one made it so."""
+    failed: list[str] = []
+
+    def noting(rel: str) -> bool | None:
+        got = lookup(rel)
+        if got is None:
+            failed.append(rel)
+        return got
+
+    pending = unprocessed(noting, entry)
+    return Verdict(pending, f"/{failed[0]}" if pending and failed else None)

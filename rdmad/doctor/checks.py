@@ -366,7 +366,13 @@ def sriov(fs: Root, declared: Declared, note: str | None) -> Check:
             bad.append(pf.label)
             evidence.append(f"pf {pf.label} ({pci}): not SR-IOV capable (no sriov_totalvfs)")
             continue
-        if driver is None and udev_pending(fs, pci):
+        udev = udev_pending(fs, pci) if driver is None else None
+        if udev is not None and udev.unread:
+            driver = (
+                f"no driver; whether udev has processed it is unknown ({udev.unread} could "
+                "not be read)"
+            )
+        elif udev is not None and udev.pending:
             driver = "no driver yet: udev has not processed it (at boot)"
         line = f"pf {pf.label} ({pci}, {driver or 'no driver'}): up to {total} VFs"
         if isinstance(want, int) and want > int(total):

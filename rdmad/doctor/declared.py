@@ -113,12 +113,14 @@ def declared_pfs(fs: Root, cfg: dict[str, Any]) -> Declared:
         if mine:
             continue
         driverless = pfselect.unbound(select, [pf for pf in present if pf.pci not in literal])
-        later = [pci for pci in driverless if udev_pending(fs, pci)]
+        verdicts = {pci: udev_pending(fs, pci) for pci in driverless}
+        later = [pci for pci in driverless if verdicts[pci].pending]
         unbound = [pci for pci in driverless if pci not in later]
+        unread = next((verdicts[pci].unread for pci in later if verdicts[pci].unread), None)
         if not hits and later:
             idle.append(
                 f"{name}: matches no PF here yet ({pfselect.describe(select)}); "
-                f"{pfselect.pending_words(later)}: it may match once its driver is bound "
+                f"{pfselect.pending_words(later, unread)}: it may match once its driver is bound "
                 "(rdmad waits for it)" + (f"; {pfselect.unbound_words(unbound)}" if unbound else "")
             )
         elif not hits and unbound:
@@ -149,7 +151,10 @@ def _as_toml(raw: object) -> str:
     return "select = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in raw.items()) + " }"
 
 
-def udev_pending(fs: Root, pci: str) -> bool:
+def udev_pending(fs: Root, pci: str) -> udevdb.Verdict:
     """A PCI PF with no driver that udevd has not processed yet (at boot: coldplug may
-    still load its driver), as the daemon's observation judges it."""
-    return not is_netdevsim(pci) and udevdb.unprocessed(fs.lookup, udevdb.pci_entry(pci))
+    still load its driver), as the daemon's observation judges it: a failed lookup is
+    unknown, which waits (its path in ``unread``)."""
+    if is_netdevsim(pci):
+        return udevdb.Verdict(False, None)
+    return udevdb.verdict(fs.lookup, udevdb.pci_entry(pci))

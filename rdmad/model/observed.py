@@ -156,6 +156,10 @@ class PfObserved(msgspec.Struct, frozen=True):
     #   (EBUSY), and udev before systemd 253 does not try, so setting it up is what would
     #   hurt (rdmad.reconcile.sriov.PF_UP_DRIVERS).
     udev_pending: bool = False
+    # The path under /run/udev whose lookup failed (not ENOENT) while udev_pending was
+    # worked out: whether udev has processed the PF is then unknown, which waits as
+    # "not yet" (udev_pending True), and the words say it is unknown, and why.
+    udev_unread: str | None = None
 
     def vf(self, index: int) -> VfObserved | None:
         for v in self.vfs:

@@ -233,7 +233,7 @@ def _awaited(
             continue
         obj = f"sriov {PfRef(pci=pf.pci).key()}"
         why = (
-            f"{pfselect.pending_words([pf.pci])}: "
+            f"{pfselect.pending_words([pf.pci], pf.udev_unread)}: "
             f"{' or '.join(select.describe() for select in could)} may match it once one is"
         )
         names = " and ".join(select.key() for select in could)

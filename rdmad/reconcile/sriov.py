@@ -73,7 +73,12 @@ def plan_sriov(
     if pf.driver is None:
         # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
         # bind event starts the next pass, so waiting costs nothing.
-        if pf.udev_pending:
+        if pf.udev_unread:
+            why = (
+                f"{pf.pci} has no driver bound, and whether udev has processed it is unknown "
+                f"({pf.udev_unread} could not be read): waiting as if it had not"
+            )
+        elif pf.udev_pending:
             why = f"{pf.pci} has no driver bound yet: udev has not processed it (at boot)"
         else:
             why = f"{pf.pci} has no driver bound (PF driver unloaded?)"
@@ -164,9 +169,15 @@ def _plan_numvfs(obj: str, target: SriovTarget, pf: PfObserved, state: PlanState
             # Up, it could not be renamed (EBUSY before Linux 6.2; udev before systemd
             # 253 does not try): the name the network's configuration expects would
             # never come. udev's event for it starts the next pass.
+            named = (
+                f"whether udev has named {pf.netdev} is unknown ({pf.udev_unread} could not "
+                "be read)"
+                if pf.udev_unread
+                else f"udev has not named {pf.netdev} yet"
+            )
             why = (
-                f"{pf.driver} creates VFs only while the PF is up, and udev has not named "
-                f"{pf.netdev} yet (before Linux 6.2 an interface that is up cannot be renamed)"
+                f"{pf.driver} creates VFs only while the PF is up, and {named} (before "
+                "Linux 6.2 an interface that is up cannot be renamed)"
             )
             return [Waiting(obj, why)]
         why = f"{pf.driver} creates VFs only while the PF is up"

@@ -146,7 +146,8 @@ def test_where_udevd_cannot_be_looked_up_the_doctor_says_what_the_daemon_does(
     tmp_path: Path,
 ) -> None:
     """A lookup under /run/udev that fails other than ENOENT (here ELOOP) is unknown,
-    never "no udevd": the PF is awaited as at boot, and the report names the path."""
+    never "no udevd": the PF is awaited as at boot, in words that say it is unknown, and
+    the report names the path."""
     root = tmp_path / "root"
     fs = FakeSysfs(root)
     fs.pf(IGB, "", totalvfs=7, vendor="0x8086", device="0x10c9")  # no driver bound
@@ -159,10 +160,18 @@ def test_where_udevd_cannot_be_looked_up_the_doctor_says_what_the_daemon_does(
     report = run_checks(Root(str(root)), str(etc), None)
     sriov = next(c for c in report.checks if c.id == "sriov")
     assert sriov.evidence == (
-        f"pf pci={IGB} ({IGB}, no driver yet: udev has not processed it (at boot)): "
-        "up to 7 VFs, autoprobe 1",
+        f"pf pci={IGB} ({IGB}, no driver; whether udev has processed it is unknown "
+        "(/run/udev/control could not be read)): up to 7 VFs, autoprobe 1",
     )
     assert "/run/udev/control: Too many levels of symbolic links" in report.unread
+    # A selector that could match it: awaited, in the same words.
+    (etc / "rdmad.toml").write_text('[[sriov]]\nselect = { driver = "igb" }\nnumvfs = 2\n')
+    sriov = next(c for c in run_checks(Root(str(root)), str(etc), None).checks if c.id == "sriov")
+    assert any(
+        "has no driver bound, and whether udev has processed it is unknown "
+        "(/run/udev/control could not be read): it may match once its driver is bound" in line
+        for line in sriov.evidence
+    ), sriov.evidence
 
 
 def test_patterns_ids_and_netdev_names_as_the_daemon_reads_them(tmp_path: Path) -> None:

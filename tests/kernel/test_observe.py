@@ -377,8 +377,12 @@ def test_a_failed_lookup_under_run_udev_is_pending_not_no_udevd(tmp_path: Path) 
         return {p.pci: p.udev_pending for p in obs.pfs if p.pci in ("0000:01:00.0", IGB_PF)}
 
     assert pending(Refused(tmp_path)) == {"0000:01:00.0": True, IGB_PF: True}
+    # What could not be read, for the words: the first lookup that failed.
+    unread = {p.pci: p.udev_unread for p in observe(Refused(tmp_path), {"enp94s0f0": down}).pfs}
+    assert unread["0000:01:00.0"] == unread[IGB_PF] == "/run/udev/control"
     # Looked up and not there: no udevd (a container), nothing to wait for.
     assert pending(Sysfs(tmp_path)) == {"0000:01:00.0": False, IGB_PF: False}
+    assert not any(p.udev_unread for p in observe(Sysfs(tmp_path), {"enp94s0f0": down}).pfs)
 
 
 def test_a_pf_with_no_driver_is_pending_until_udev_has_processed_its_pci_device(

@@ -197,6 +197,15 @@ def test_a_pf_udev_has_not_processed_is_not_waited_for_by_a_selector_it_cannot_m
     state, why = statuses(d, node(pending))["sriov pci=0000:01:00.0"]
     assert state is ObjectState.PENDING
     assert why == "0000:01:00.0 has no driver bound yet: udev has not processed it (at boot)"
+    # Unknown (a lookup under /run/udev failed): waited for alike, in its own words.
+    unknown = replace(pending, udev_unread="/run/udev/control")
+    d = desired({"select": {"driver": "mlx5_core"}, "numvfs": 2})
+    state, why = statuses(d, node(CX5_0, unknown))["sriov pci=0000:01:00.0"]
+    assert state is ObjectState.PENDING
+    assert why.startswith(
+        "0000:01:00.0 has no driver bound, and whether udev has processed it is unknown "
+        "(/run/udev/control could not be read): "
+    )
     # A literal pf names it: its own declaration, no selector's.
     d = desired(
         {"pf": {"pci": "0000:01:00.0"}, "numvfs": 2}, {"select": {"driver": "igb"}, "numvfs": 2}

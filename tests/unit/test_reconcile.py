@@ -166,6 +166,27 @@ def test_a_pf_udev_has_not_named_yet_is_not_set_up() -> None:
     ]
 
 
+def test_a_pf_whose_udev_state_is_unknown_waits_and_says_why() -> None:
+    """/run/udev could not be read: unknown waits as "not yet", in words of its own (an
+    unreadable path, not a boot in progress), naming the path."""
+    unbound = replace(pf(numvfs=0), driver=None, udev_pending=True, udev_unread="/run/udev/control")
+    [a] = plan(desired(sriov=[sriov(4)]), node(unbound), PlanState())
+    assert isinstance(a, Waiting) and not a.changes_kernel
+    assert a.reason == (
+        "0000:3b:00.0 has no driver bound, and whether udev has processed it is unknown "
+        "(/run/udev/control could not be read): waiting as if it had not"
+    )
+    down = replace(
+        pf(numvfs=0), driver="bnxt_en", operstate_up=False, udev_pending=True,
+        udev_unread="/run/udev/data/n7",
+    )  # fmt: skip
+    [a] = plan(desired(sriov=[sriov(4)]), node(down), PlanState())
+    assert isinstance(a, Waiting) and not a.changes_kernel
+    assert "whether udev has named ens1f0 is unknown (/run/udev/data/n7 could not be read)" in (
+        a.reason
+    )
+
+
 def test_pf_without_driver_waits_for_it() -> None:
     p = replace(pf(numvfs=0), driver=None)
     [a] = plan(desired(sriov=[sriov(4)]), node(p), PlanState())

@@ -376,6 +376,7 @@ def _pf(
     vendor, device = sysfs.pci_ids(pci)
     ifindex = facts.ifindex if facts else sysfs.read_int(f"sys/class/net/{netdev}/ifindex")
     operstate_up = facts.up if facts else None
+    udev = _udev_pending(sysfs, pci, fn.driver, ifindex, operstate_up)
     return PfObserved(
         pci=pci,
         vendor=vendor,
@@ -390,7 +391,8 @@ def _pf(
         drivers_autoprobe=fn.drivers_autoprobe,
         autoprobe_unread=fn.autoprobe_unread,
         operstate_up=operstate_up,
-        udev_pending=_udev_pending(sysfs, pci, fn.driver, ifindex, operstate_up),
+        udev_pending=udev.pending,
+        udev_unread=udev.unread,
         vfs=tuple(vfs),
         settings_note=settings_note,
         ib_device=ib_device,
@@ -400,18 +402,19 @@ def _pf(
 
 def _udev_pending(
     sysfs: Sysfs, pci: str, driver: str | None, ifindex: int | None, up: bool | None
-) -> bool:
+) -> udevdb.Verdict:
     """Whether udevd runs (its control socket) and has not yet processed the PF: with no
     driver bound, the PCI device (no database entry ``+pci:ADDRESS``: the module its
     modalias names may still be loaded for it); with one, its netdev while that is down
-    (no entry ``nIFINDEX``: it has not named it yet)."""
+    (no entry ``nIFINDEX``: it has not named it yet). A lookup that fails is unknown,
+    which waits; its path goes into the words."""
     if driver is None and not sysfs.is_netdevsim(pci):
         entry = udevdb.pci_entry(pci)
     elif driver is not None and ifindex is not None and up is False:
         entry = udevdb.netdev_entry(ifindex)
     else:
-        return False
-    return udevdb.unprocessed(lambda rel: _lookup(sysfs, rel), entry)
+        return udevdb.Verdict(False, None)
+    return udevdb.verdict(lambda rel: _lookup(sysfs, rel), entry)
 
 
 def _lookup(sysfs: Sysfs, rel: str) -> bool | None:
