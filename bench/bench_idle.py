@@ -6,9 +6,11 @@ processes measured over the same window.
 ``rdmad run`` with an empty config (this host's kernel, read only; state and API
 socket in a temp dir; its event sources and drift timer live; the unit's
 ``Environment=`` applied, rich hidden as in bench_start) is started, and once
-it sent READY=1 (NOTIFY_SOCKET played here), three processes are sampled over the
-same window: the daemon, ``sleep infinity`` (what "nothing" costs) and a bare
-``python3 -c 'import time; time.sleep(1e9)'`` (the interpreter's own floor).
+it sent READY=1 (NOTIFY_SOCKET played here) and its API answers (the web library,
+imported in a thread that may still run after READY=1 on a slow host, is part of what
+idles, and its import is not), three processes are sampled over the same window: the
+daemon, ``sleep infinity`` (what "nothing" costs) and a bare ``python3 -c 'import time;
+time.sleep(1e9)'`` (the interpreter's own floor).
 CPU = utime + stime from /proc/PID/stat over the window; RSS and peak RSS at its end.
 ``--quick``: a 5 s window. Prints a table, then one JSON line.
 """
@@ -20,6 +22,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,6 +64,17 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return kb.get("VmRSS", 0) / 1024, kb.get("VmHWM", 0) / 1024
 
 
+def wait_api(path: Path, timeout: float = 60.0) -> None:
+    """Until GET /v1/status over the API socket is answered (a client waits in the
+    socket's backlog while the daemon imports its web library)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(b"GET /v1/status HTTP/1.1\r\nHost: rdmad\r\nConnection: close\r\n\r\n")
+        if not sock.recv(64).startswith(b"HTTP/1.1 "):
+            raise RuntimeError("the API did not answer")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=60.0, help="seconds")
@@ -94,6 +108,7 @@ def main() -> int:
         )
         notify.wait_ready()
         notify.close()
+        wait_api(work / "rdmad.sock")
         procs["sleep infinity"] = subprocess.Popen(["sleep", "infinity"])
         procs["bare python sleeping"] = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(1e9)"]
