@@ -114,11 +114,14 @@ def pending_words(pcis: Sequence[str], unread: str | None = None) -> str:
     yet (at boot), before what may follow; ``unread``: the path under /run/udev whose
     lookup failed, which made that unknown (waited for as "not yet")."""
     if unread:
-        return (
-            f"{', '.join(pcis)} has no driver bound, and whether udev has processed it is "
-            f"unknown ({unread} could not be read)"
-        )
+        return f"{', '.join(pcis)} has no driver bound, and {udev_unknown_words(unread)}"
     return f"{', '.join(pcis)} has no driver bound yet and udev has not processed it (at boot)"
+
+
+def udev_unknown_words(unread: str) -> str:
+    """How the daemon and the doctor say that a lookup of ``unread`` under /run/udev
+    failed, so whether udev has processed a PF is unknown (waited for as "not yet")."""
+    return f"whether udev has processed it is unknown ({unread} could not be read)"
 
 
 def _facts(pf: Candidate) -> dict[str, str | None]:

@@ -368,10 +368,7 @@ def sriov(fs: Root, declared: Declared, note: str | None) -> Check:
             continue
         udev = udev_pending(fs, pci) if driver is None else None
         if udev is not None and udev.unread:
-            driver = (
-                f"no driver; whether udev has processed it is unknown ({udev.unread} could "
-                "not be read)"
-            )
+            driver = f"no driver; {pfselect.udev_unknown_words(udev.unread)}"
         elif udev is not None and udev.pending:
             driver = "no driver yet: udev has not processed it (at boot)"
         line = f"pf {pf.label} ({pci}, {driver or 'no driver'}): up to {total} VFs"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rdmad import pfselect
 from rdmad.model import (
     NO_DRIVER,
     Action,
@@ -74,10 +75,7 @@ def plan_sriov(
         # The kernel refuses sriov_numvfs without a PF driver (ENOENT); the driver's
         # bind event starts the next pass, so waiting costs nothing.
         if pf.udev_unread:
-            why = (
-                f"{pf.pci} has no driver bound, and whether udev has processed it is unknown "
-                f"({pf.udev_unread} could not be read): waiting as if it had not"
-            )
+            why = f"{pfselect.pending_words([pf.pci], pf.udev_unread)}: waiting as if it had not"
         elif pf.udev_pending:
             why = f"{pf.pci} has no driver bound yet: udev has not processed it (at boot)"
         else:
