@@ -22,7 +22,7 @@ from rdmad.agent import Agent, AgentOptions, Host
 from rdmad.clock import SystemClock
 from rdmad.model import Desired
 from rdmad.state import StateStore
-from rdmad.triggers import Trigger, TriggerQueue
+from rdmad.triggers import VERBS_LAG, Trigger, TriggerQueue
 
 if TYPE_CHECKING:
     from rdmad.kernel.events.udev import UdevEvent
@@ -125,7 +125,7 @@ async def _udev_triggers(events: AsyncIterable[UdevEvent]) -> AsyncIterator[Trig
             removed=e.action == "remove",
             announced=e.source == "kernel",
             # A verbs device goes with its RDMA device, whose own `remove` follows.
-            lagging=e.subsystem == "infiniband_verbs" and e.action == "remove",
+            lag=VERBS_LAG if e.subsystem == "infiniband_verbs" and e.action == "remove" else 0.0,
             echo=_echo(e),
         )
 

@@ -9,6 +9,7 @@ increment each, and memory stays bounded however long a burst lasts.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter, OrderedDict
 
 import msgspec
@@ -18,7 +19,9 @@ from rdmad.clock import Clock
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
 MAX_LINK_NEWS = 256  # links whose news a batch keeps; past this, netdevs are read again
-LAG = 0.1  # s a lagging trigger waits for what follows it (see Trigger.lagging)
+# How long a lagging trigger waits for what follows it (see Trigger.lag), in s:
+LAG = 0.1  # a new netdev, for the one a reaction awaits (a veth's peer comes next)
+VERBS_LAG = 1.0  # a verbs device's removal, for its RDMA device's (bench/NOTES.md)
 MAX_LINKS_HEARD = 4096  # links whose news the queue remembers (see TriggerQueue.put)
 
 
@@ -49,10 +52,12 @@ class Trigger(msgspec.Struct, frozen=True):
     into this namespace): a reaction planned for it may be due (``reconcile.reactions``).
     ``announced``: the kernel's own uevent, not udevd's copy of it (which comes later,
     maybe after the device is back): only an announced RDMA removal makes a reaction due.
-    ``lagging``: no pass of its own at the leading edge; it waits up to ``LAG`` for what
-    follows it (a verbs device's `remove` comes ~20 ms before its RDMA device's under
-    emulation, and the reaction to that one should not wait behind a pass for the first).
-    The queue makes a new netdev lag while a reaction awaits another one
+    ``lag``: seconds it waits for what follows it, with no pass of its own at the
+    leading edge (0: none; any trigger that does not lag ends the wait). A verbs
+    device's `remove` is the first uevent of its RDMA device's removal, whose own
+    `remove` comes once every client of the device let it go (``VERBS_LAG``): a pass
+    for the first would disarm the reaction planned for the second. The queue makes a
+    new netdev lag (``LAG``) while a reaction awaits another one
     (``TriggerQueue.awaited_netdevs``): a veth's peer is announced just before it.
     ``link``: the news a link event brings, (ifindex, its RTM_NEWLINK payload, or None
     when the link was deleted): a narrow pass made only of link news and RDMA device
@@ -80,7 +85,7 @@ class Trigger(msgspec.Struct, frozen=True):
     removed: bool = False  # the kernel removed the device(s) named in touches
     added: bool = False
     announced: bool = False
-    lagging: bool = False
+    lag: float = 0.0
     link: tuple[int, bytes | None] | None = None
     echo: tuple[int, bool] | None = None
     address: int | None = None
@@ -120,6 +125,7 @@ class Batch(msgspec.Struct):
     rdma_gone: set[str] = msgspec.field(default_factory=set)  # any report of a removal
     rdma_other: bool = False
     lagging: bool = True  # every trigger in it was lagging
+    lag_until: float = math.inf  # when the first of their lags ends (monotonic)
 
     def add(self, t: Trigger) -> None:
         self.count += 1
@@ -145,7 +151,9 @@ class Batch(msgspec.Struct):
             self.touched |= t.touches
         self._bound_names()
         self._add_news(t)
-        self.lagging &= t.lagging
+        self.lagging &= t.lag > 0
+        if t.lag > 0:
+            self.lag_until = min(self.lag_until, t.at + t.lag)
         names = device_names(t.touches)
         if t.added and len(self.added) < MAX_STALE_NAMES:
             self.added.update(names)
@@ -208,6 +216,7 @@ class Batch(msgspec.Struct):
         self.rdma_gone |= other.rdma_gone
         self.rdma_other |= other.rdma_other
         self.lagging &= other.lagging
+        self.lag_until = min(self.lag_until, other.lag_until)
         self._bound_names()
         if other.links_unknown:
             self.links_unknown = True
@@ -282,10 +291,10 @@ class TriggerQueue:
             self.echoes += 1
             self.by_source[trigger.source] += 1  # an event heard all the same (metrics)
             return self.total
-        if trigger.added and not trigger.lagging and self._unawaited(trigger):
+        if trigger.added and not trigger.lag and self._unawaited(trigger):
             # Another netdev than the one a reaction waits for: a pass for it alone would
             # hold the loop while the awaited one, announced next, waits behind it.
-            trigger = msgspec.structs.replace(trigger, lagging=True)
+            trigger = msgspec.structs.replace(trigger, lag=LAG)
         if self._batch is None:
             self._batch = Batch(trigger.at, trigger.at)
         self._batch.add(trigger)
@@ -294,7 +303,7 @@ class TriggerQueue:
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._batch.lagging:
-            self.clock.call_at(trigger.at + LAG, lambda: self._wake(True))
+            self.clock.call_at(self._batch.lag_until, lambda: self._wake(True))
         else:
             self._wake(True)
         return self.total
@@ -346,9 +355,9 @@ class TriggerQueue:
         return self._batch
 
     def _lagging_now(self) -> bool:
-        """The pending batch is all lagging triggers, younger than LAG."""
+        """The pending batch is all lagging triggers, the first of their lags not over."""
         batch = self._batch
-        return batch is not None and batch.lagging and self.clock.monotonic() < batch.first_at + LAG
+        return batch is not None and batch.lagging and self.clock.monotonic() < batch.lag_until
 
     def take(self) -> Batch | None:
         batch, self._batch = self._batch, None

@@ -9,6 +9,7 @@ import pytest
 
 from rdmad.daemon import _udev_triggers
 from rdmad.kernel.events.udev import UdevEvent, UdevMonitor
+from rdmad.triggers import VERBS_LAG
 
 
 class ScriptedMonitor(UdevMonitor):
@@ -65,3 +66,18 @@ async def test_netdev_uevents_say_what_link_news_they_echo(
 async def test_other_uevents_echo_nothing(event: UdevEvent) -> None:
     (trigger,) = [t async for t in _udev_triggers(ScriptedMonitor([event]))]
     assert trigger.echo is None
+
+
+@pytest.mark.parametrize(
+    ("event", "lag"),
+    [
+        (UdevEvent("remove", "infiniband_verbs", "uverbs0", "/devices/x/uverbs0"), VERBS_LAG),
+        (UdevEvent("add", "infiniband_verbs", "uverbs0", "/devices/x/uverbs0"), 0.0),
+        (UdevEvent("remove", "infiniband", "rxe0", "/devices/virtual/infiniband/rxe0"), 0.0),
+    ],
+)
+async def test_only_a_verbs_removal_waits_for_its_rdma_devices(
+    event: UdevEvent, lag: float
+) -> None:
+    (trigger,) = [t async for t in _udev_triggers(ScriptedMonitor([event]))]
+    assert trigger.lag == lag

@@ -103,7 +103,11 @@ def wait_added(g: Guest, name: str, count: int, timeout: float = EVENT_DEADLINE)
 def settled(g: Guest) -> None:
     """udevd done with the events so far, then one rdmad pass after all of them: a pass
     at rest has armed its reactions (reconcile.reactions), and no late copy of an earlier
-    event is left to start a pass that would meet the next event first."""
+    event is left to start a pass that would meet the next event first. systemd's jobs
+    first: rdma-core's rdma-load-modules@ units, started by an RDMA device's appearance,
+    load modules (ib_iser, rpcrdma...) for seconds after it, and each module's uevent
+    can come after udevd settled."""
+    g.wait_for('[ -z "$(systemctl list-jobs --no-legend)" ]', timeout=120, interval=0.5)
     g.check("udevadm settle --timeout=60", timeout=90)
     res = g.run("rdmad-ctl reconcile --wait 60", timeout=90)
     # 1 with a pass reported: it ran, and an object waits (its netdev is gone, here).
