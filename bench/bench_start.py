@@ -18,7 +18,7 @@
     one case that reads them). Each with the first pass's own time (the agent's).
 * import cost: ``python -X importtime`` of what ``rdmad run`` imports before its first
   pass (rdmad.cli, rdmad.daemon) and of all it imports (the API and metrics too, which
-  come in a worker thread beside the first pass: rdmad.services), wall time vs
+  come in a worker thread once the first pass rests: rdmad.services), wall time vs
   ``python3 -c pass``; the top 10 modules of all by their own time (median of the
   runs). ``rich`` is hidden (sys.modules['rich'] = None) everywhere, ``rdmad run``
   included: only the dev tools install it, and structlog imports it when present; the
@@ -58,7 +58,7 @@ HIDE_RICH = "import sys; sys.modules['rich'] = None; "
 # [python, "-c", RUN_RDMAD, "run", ...] (bench_idle runs it too).
 RUN_RDMAD = HIDE_RICH + "import runpy; runpy.run_module('rdmad.cli', run_name='__main__')"
 DAEMON_IMPORTS = "import rdmad.cli, rdmad.daemon"
-# What rdmad.services imports in a worker thread beside the first pass.
+# What rdmad.services imports in a worker thread once the first pass rests.
 SERVICE_IMPORTS = DAEMON_IMPORTS + "; import rdmad.services as s; s.import_services()"
 
 # The daemon's wiring over a fake root: argv = tree, config file.
@@ -84,7 +84,7 @@ async def main():
     rdmad.daemon.freeze_startup_heap()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, agent.stop)
-    # As rdmad.daemon.serve: the API and metrics beside the first pass, READY=1 gated.
+    # As rdmad.daemon.serve: the API and metrics once the first pass rests, READY=1 gated.
     starting = loop.create_task(
         services.start_services(location, settings, agent.status, queue, early, gate)
     )

@@ -338,7 +338,7 @@ async def serve(opts: RunOptions) -> int:
         dry_run=opts.dry_run,
         watchdog=agent.options.watchdog_interval,
     )
-    # The API and metrics import and start beside the first pass (rdmad.services);
+    # The API and metrics import and start once the first pass rests (rdmad.services);
     # READY=1 waits at the gate until the API socket exists.
     starting = loop.create_task(
         services.start_services(opts.config, settings, agent.status, queue, early, gate)

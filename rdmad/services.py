@@ -1,17 +1,23 @@
-"""The local API and the metrics exporters, started beside the first reconcile pass.
+"""The local API and the metrics exporters, started once the first reconcile pass rests.
 
 Importing aiohttp and prometheus_client is most of the daemon's start-up cost (a
 quarter of a second on a normal host, seconds under emulation), and none of it is
 needed to put a node right. So the daemon starts the agent at once and imports these
-in a worker thread while the first pass waits on the kernel (sysfs, netlink, VFs
-appearing); they start on the loop when the import is done.
+in a worker thread once the first pass has rested (READY=1), or ``SERVICES_WAIT`` after
+the start if it has not by then; they start on the loop when the import is done. Not
+beside the first pass: the import and the pass's Python share one GIL, and at boot, on
+a contended or cold host, the import lengthened the restore (bench/NOTES.md, "the
+services after the first rest": in the lab's reboots, the restore after the VFs appear
+is 0.5-0.7 s shorter without it, READY=1 1.3-1.8 s sooner). The bound keeps the API
+near when a pass waits long on the kernel (a large NIC's ``sriov_numvfs`` write takes
+a minute, off the loop): rdmad-ctl then answers about where it stands.
 
 Two promises survive the move:
 
 * ``READY=1`` still means "the node was reconciled *and* rdmad-ctl can reach the
   daemon": the API socket is made (``rdmad.api.unixsock``: the standard library only,
-  final owner and mode, listening) before the import starts, and ``ReadyGate`` holds
-  the agent's READY=1 until then. A client that connects while aiohttp is still being
+  final owner and mode, listening) before the import starts, and ``ReadyGate`` holds the
+  agent's READY=1 until then. A client that connects while aiohttp is still being
   imported waits in the socket's backlog and is answered when the server starts; its
   own timeout (rdmad-ctl's ``--timeout``) bounds the wait. If the services cannot
   start, the socket is removed: a client is then refused, never left waiting.
@@ -53,6 +59,10 @@ EARLY_CHANGES_MAX = 10_000
 # How long the services may take to import and start before READY=1 goes out without
 # them (the agent's own startup deadline is 30 s; a thread cannot be cancelled).
 SERVICES_DEADLINE = 60.0
+# How long the import waits for the first pass to rest (READY=1) before it starts
+# anyway: past the lab's reboot restore under emulation (~3 s from the first log line),
+# and short of rdmad-ctl's own 5 s timeout on a node that imports in a fraction of one.
+SERVICES_WAIT = 3.0
 NO_API = "running without the local API: rdmad-ctl cannot reach this daemon"
 
 
@@ -62,14 +72,19 @@ class ReadyGate:
     Held until the API socket listens (or is known not to): a unit ordered after rdmad
     (or an operator right after ``systemctl start``) may call rdmad-ctl as soon as
     systemd says rdmad is up. The last READY message held is sent when the gate opens.
+    ``rested`` is set at the agent's first READY=1, held or sent: the services' import
+    waits for it.
     """
 
     def __init__(self, inner: Notifier) -> None:
         self.inner = inner
         self.is_open = False
         self.held: str | None = None
+        self.rested = asyncio.Event()
 
     def notify(self, state: str) -> None:
+        if "READY=1" in state.split("\n"):
+            self.rested.set()
         if not self.is_open and "READY=1" in state.split("\n"):
             self.held = state
             rest = "\n".join(line for line in state.split("\n") if line != "READY=1")
@@ -171,11 +186,13 @@ async def start_services(
     gate: ReadyGate,
     *,
     importer: Callable[[], float] = import_services,
+    wait: float = SERVICES_WAIT,
     deadline: float = SERVICES_DEADLINE,
     freeze: Callable[[], None] = gc.freeze,
 ) -> Services:
-    """Make the API socket and the metrics listener's, and open the gate; import (off
-    the loop), then start metrics, exporters and the API on those sockets.
+    """Make the API socket and the metrics listener's, and open the gate; once the
+    first pass rests (at most ``wait`` s), import (off the loop), then start metrics,
+    exporters and the API on those sockets.
 
     ``settings``: ``[api]`` and ``[metrics]`` as the daemon read them at start
     (``config.start_settings``), the ones its ``started_with`` holds.
@@ -188,6 +205,7 @@ async def start_services(
     scrape = await _bind_metrics(metrics_spec)
     gate.open()
     try:
+        await _first_rest(gate, wait)
         seconds = await asyncio.wait_for(asyncio.to_thread(importer), deadline)
         from rdmad.api.metrics import Metrics
 
@@ -217,6 +235,15 @@ async def start_services(
 
             tcpsock.close(scrape)
     return services
+
+
+async def _first_rest(gate: ReadyGate, wait: float) -> None:
+    """Until the agent's first READY=1, or ``wait`` s (logged: the import starts beside
+    a pass that is still working)."""
+    try:
+        await asyncio.wait_for(gate.rested.wait(), wait)
+    except asyncio.TimeoutError:
+        log.info("services.not-waiting", seconds=wait, why="the first pass has not rested yet")
 
 
 async def _bind_metrics(spec: MetricsSpec) -> list[socket.socket] | None:

@@ -9,7 +9,7 @@ the agent only through the status store and the trigger queue.
 
 ``ApiServer`` and ``SocketError`` are imported on first use: the daemon makes its
 socket (``unixsock``, standard library only) before READY=1, while aiohttp, which
-the server needs, is still being imported beside the first pass (rdmad.services).
+the server needs, is imported once the first pass rests (rdmad.services).
 """
 
 from __future__ import annotations

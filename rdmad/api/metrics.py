@@ -109,7 +109,7 @@ class Metrics:
         )
         self.last_success: float | None = None
         # What the store published before this existed (the daemon imports the metrics
-        # library beside the first pass): counted as if heard then.
+        # library once the first pass rests): counted as if heard then.
         self._seen_passes = 0
         for change in earlier:
             self._on_change(change)

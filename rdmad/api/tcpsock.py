@@ -1,7 +1,7 @@
 """The metrics TCP listener's sockets, bound and listening before aiohttp is imported.
 
 Standard library only, as ``unixsock``: the daemon binds them before READY=1 while
-aiohttp is still being imported beside the first pass (rdmad.services), so a scraper
+aiohttp is imported once the first pass rests (rdmad.services), so a scraper
 that connects early waits in the backlog instead of being refused. ``metrics_http``
 serves them.
 """

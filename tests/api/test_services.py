@@ -1,6 +1,7 @@
-"""The API and metrics started beside the first pass (rdmad.services): READY=1 waits for
-the API socket, metrics count what happened before they existed, and a service that
-fails or is late never keeps READY=1 back for good."""
+"""The API and metrics started once the first pass rests (rdmad.services): READY=1 waits
+for the API socket, the import for the first rest (bounded), metrics count what
+happened before they existed, and a service that fails or is late never keeps READY=1
+back for good."""
 
 from __future__ import annotations
 
@@ -151,6 +152,67 @@ async def test_ready_goes_out_once_the_api_socket_listens_before_the_import(
     assert not socket.exists()
 
 
+async def test_the_import_waits_for_the_first_rest(tmp_path: Path, short_dir: Path) -> None:
+    """The socket listens at once; the import starts only at the agent's first READY=1
+    (it would share the GIL with the pass's Python)."""
+    socket = short_dir / "rdmad.sock"
+    sd = Systemd(socket)
+    gate = services.ReadyGate(sd)
+    imported = threading.Event()
+
+    def importer() -> float:
+        imported.set()
+        return services.import_services()
+
+    store = StatusStore()
+    starting = asyncio.create_task(
+        start(
+            config(tmp_path, socket), store, TriggerQueue(FakeClock()),
+            services.EarlyChanges(store), gate, importer=importer, wait=30,
+        )
+    )  # fmt: skip
+    for _ in range(100):  # bounded: the task's first step makes the socket
+        if socket.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert socket.exists() and gate.is_open
+    # Passes without a rest: STATUS lines only, as the agent sends while it works.
+    for _ in range(20):
+        gate.notify("STATUS=creating 4 VFs on 0000:01:00.0")
+        await asyncio.sleep(0.01)
+    assert not imported.is_set() and not starting.done()
+    gate.notify("READY=1\nSTATUS=converged")
+    started = await asyncio.wait_for(starting, 30)
+    try:
+        assert imported.is_set() and started.api is not None
+        assert sd.sent[-1] == "READY=1\nSTATUS=converged" and sd.socket_at_ready is True
+    finally:
+        await started.close()
+
+
+async def test_a_first_pass_that_does_not_rest_in_time_lets_the_import_start(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A pass that waits long on the kernel (a large NIC's numvfs write) does not keep the
+    API away: the import starts after ``wait`` s, and says so."""
+    socket = short_dir / "rdmad.sock"
+    gate = services.ReadyGate(Systemd(socket))
+    store = StatusStore()
+    starting = start(
+        config(tmp_path, socket), store, TriggerQueue(FakeClock()),
+        services.EarlyChanges(store), gate, wait=0.05,
+    )  # fmt: skip
+    with structlog.testing.capture_logs() as logs:
+        started = await asyncio.wait_for(starting, 30)
+    try:
+        assert started.api is not None and not gate.rested.is_set()
+        assert (await asyncio.to_thread(_get_status, socket)).startswith("HTTP/1.1 200")
+    finally:
+        await started.close()
+    events = [e["event"] for e in logs]
+    assert events.index("services.not-waiting") < events.index("services.started")
+
+
 def _get_status(socket: Path) -> str:
     """GET /v1/status over the socket as root; the answer's status line."""
     import socket as sockets
@@ -198,9 +260,11 @@ async def test_the_heap_is_frozen_once_the_services_are_imported_and_started(
 
     (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
     store = StatusStore()
+    gate = services.ReadyGate(Systemd())
+    gate.notify("READY=1")  # the first pass rested
     started = await start(
         tmp_path, store, TriggerQueue(FakeClock()), services.EarlyChanges(store),
-        services.ReadyGate(Systemd()), importer=importer,
+        gate, importer=importer,
         freeze=lambda: steps.append(f"freeze metrics={started_metrics() is not None}"),
     )  # fmt: skip
     await started.close()
@@ -231,9 +295,9 @@ async def test_metrics_count_the_passes_and_actions_before_them(tmp_path: Path) 
     store.record([HistoryEntry(100.0, "applied", obj="a", kind="set-numvfs")])
     store.publish(StatusSnapshot(passes=2, last_pass_at=101.0, last_pass_seconds=0.002))
     (tmp_path / "rdmad.toml").write_text("[api]\nenabled = false\n")
-    started = await start(
-        tmp_path, store, TriggerQueue(FakeClock()), early, services.ReadyGate(Systemd())
-    )
+    gate = services.ReadyGate(Systemd())
+    gate.notify("READY=1")  # the first pass rested
+    started = await start(tmp_path, store, TriggerQueue(FakeClock()), early, gate)
     assert started.metrics is not None and started.api is None
     store.publish(StatusSnapshot(passes=3, last_pass_at=102.0, last_pass_seconds=0.004))
     got = parse(started.metrics.render())
