@@ -57,12 +57,13 @@ HIDE_RICH = "import sys; sys.modules['rich'] = None; "
 # `rdmad run ARGS`, as the package's /usr/bin/rdmad runs it, with rich hidden: argv =
 # [python, "-c", RUN_RDMAD, "run", ...] (bench_idle runs it too).
 RUN_RDMAD = HIDE_RICH + "import runpy; runpy.run_module('rdmad.cli', run_name='__main__')"
-DAEMON_IMPORTS = "import rdmad.cli, rdmad.daemon"
+DAEMON_IMPORTS = "import rdmad.nossl; rdmad.nossl.defer(); import rdmad.cli, rdmad.daemon"
 # What rdmad.services imports in a worker thread once the first pass rests.
 SERVICE_IMPORTS = DAEMON_IMPORTS + "; import rdmad.services as s; s.import_services()"
 
 # The daemon's wiring over a fake root: argv = tree, config file.
 FAKE_ROOT_DAEMON = r"""
+import rdmad.nossl; rdmad.nossl.defer()  # as `rdmad run`: before asyncio
 import asyncio, signal, sys
 from pathlib import Path
 import rdmad.cli, rdmad.daemon

@@ -357,6 +357,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rdmad import nossl
+
+    nossl.defer()  # before asyncio's first import: no libssl before the first pass
     from rdmad import daemon
 
     if args.root is not None and not args.dry_run:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 import structlog
 
+from rdmad import nossl
 from rdmad.agent import Notifier
 from rdmad.model import ApiSpec, Desired, MetricsSpec
 from rdmad.status import Change, StatusView
@@ -148,6 +149,7 @@ class Services(msgspec.Struct):
 def import_services() -> float:
     """Import the API and metrics modules (in a worker thread); returns seconds taken."""
     started = time.monotonic()
+    nossl.allow()  # prometheus_client imports ssl (rdmad.nossl)
     with no_ca_bundle():
         import rdmad.api.metrics  # prometheus_client
         import rdmad.api.server  # aiohttp  # noqa: F401

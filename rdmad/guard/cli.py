@@ -261,6 +261,9 @@ def _rdma_links(sysfs: Sysfs) -> tuple[list[RdmaLinkObserved], str | None]:
 
     if os.path.realpath(sysfs.root) != "/":  # a tree (tests): no netlink into it
         return list(rdma_links_from_sysfs(sysfs, OpenFiles())), None
+    from rdmad import nossl
+
+    nossl.defer()  # before asyncio: the guard speaks no TLS (rdmad.nossl)
     import asyncio  # only here: ~60 ms that a node without RDMA never pays
 
     from rdmad.kernel.errors import KernelError

@@ -1,6 +1,7 @@
 """What the daemon's imports load: no pyroute2 in the kernel layer (rdmad speaks netlink
 itself); no aiohttp or prometheus_client before the first pass (rdmad.services imports
-them in a thread beside it); which value types cost start-up as dataclasses."""
+them in a thread once it rests), nor ssl (rdmad.nossl); which value types cost start-up
+as dataclasses."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import sys
 
 
 def _loaded(imports: str, packages: tuple[str, ...]) -> list[str]:
-    """The modules of ``packages`` a fresh interpreter holds after ``imports``."""
+    """The modules of ``packages`` a fresh interpreter holds after ``imports`` (a name
+    marked absent, ``None`` in ``sys.modules``, is not one)."""
     code = (
         "import sys\n"
         f"{imports}\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({packages!r})))\n"
+        f"print(sorted(m for m, mod in sys.modules.items()\n"
+        f"             if m.startswith({packages!r}) and mod is not None))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
@@ -45,6 +48,44 @@ def test_the_daemon_reaches_its_first_pass_without_the_web_and_metrics_libraries
         ("aiohttp", "prometheus_client", "rdmad.api"),
     )
     assert {"aiohttp", "prometheus_client", "rdmad.api", "rdmad.api.metrics"} <= set(after)
+
+
+def test_rdmad_run_reaches_its_first_pass_without_ssl_and_its_services_load_it() -> None:
+    # `rdmad run` marks ssl absent before asyncio's import (rdmad.nossl): asyncio then
+    # runs without it (libssl and libcrypto unread); the services' import lifts the mark.
+    imports = (
+        "from rdmad import nossl\n"
+        "assert nossl.defer()\n"
+        "import rdmad.cli, rdmad.daemon, rdmad.services\n"
+        "import rdmad.kernel.apply.host, rdmad.kernel.apply.dryrun\n"
+        "import rdmad.kernel.events.udev, rdmad.kernel.events.linkevents"
+    )
+    assert _loaded(imports, ("ssl", "_ssl", "aiohttp")) == []
+    # A loop without ssl serves and answers a UNIX socket, as the daemon's API does.
+    echo = (
+        "\nimport asyncio, os, tempfile\n"
+        "async def main():\n"
+        "    path = os.path.join(tempfile.mkdtemp(), 's')\n"
+        "    async def serve(r, w):\n"
+        "        w.write(await r.readline()); await w.drain(); w.close()\n"
+        "    server = await asyncio.start_unix_server(serve, path)\n"
+        "    r, w = await asyncio.open_unix_connection(path)\n"
+        "    w.write(b'ping\\n'); await w.drain()\n"
+        "    assert await r.readline() == b'ping\\n'\n"
+        "    w.close(); server.close()\n"
+        "asyncio.run(main())"
+    )
+    assert _loaded(imports + echo, ("ssl", "_ssl")) == []
+    after = _loaded(
+        imports + "\nimport rdmad.services as s; s.import_services()",
+        ("ssl", "_ssl", "aiohttp", "prometheus_client"),
+    )
+    assert {"ssl", "_ssl", "aiohttp", "prometheus_client"} <= set(after)
+
+
+def test_nossl_leaves_an_imported_ssl_alone() -> None:
+    code = "import ssl\nfrom rdmad import nossl\nassert not nossl.defer()\nnossl.allow()"
+    assert _loaded(code, ("ssl",)) == ["ssl"]
 
 
 def test_check_config_loads_neither_the_planner_nor_the_kernel_layer() -> None:
