@@ -14,7 +14,7 @@ from collections import Counter, OrderedDict
 
 import msgspec
 
-from rdmad.clock import Clock
+from rdmad.clock import Cancellable, Clock
 
 MAX_DETAILS = 8  # examples kept per batch, for logs and history
 MAX_STALE_NAMES = 256  # past this many renamed/removed names, treat everything as stale
@@ -259,6 +259,7 @@ class TriggerQueue:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._batch: Batch | None = None
+        self._lag_timer: tuple[float, Cancellable] | None = None  # (when, timer)
         self._waiter: asyncio.Future[bool] | None = None
         self.total = 0  # triggers ever put; a trigger's number is the total after its put
         self.by_source: Counter[str] = Counter()  # triggers ever put, per source (metrics)
@@ -303,7 +304,7 @@ class TriggerQueue:
         self.total += 1
         self.by_source[trigger.source] += 1
         if self._batch.lagging:
-            self.clock.call_at(self._batch.lag_until, lambda: self._wake(True))
+            self._wake_at(self._batch.lag_until)
         else:
             self._wake(True)
         return self.total
@@ -359,7 +360,26 @@ class TriggerQueue:
         batch = self._batch
         return batch is not None and batch.lagging and self.clock.monotonic() < batch.lag_until
 
+    def _wake_at(self, when: float) -> None:
+        """One timer for the pending batch's lag: a timer left by a batch already taken
+        would end the lag of the next one early (a verbs removal's pass would then
+        disarm the reflex for its RDMA device's removal)."""
+        timer = self._lag_timer
+        if timer is not None and timer[0] == when:
+            return
+        if timer is not None:
+            timer[1].cancel()
+
+        def lag_over() -> None:
+            self._lag_timer = None
+            self._wake(True)
+
+        self._lag_timer = (when, self.clock.call_at(when, lag_over))
+
     def take(self) -> Batch | None:
+        if self._lag_timer is not None:
+            self._lag_timer[1].cancel()
+            self._lag_timer = None
         batch, self._batch = self._batch, None
         if batch is not None:
             batch.through = self.total

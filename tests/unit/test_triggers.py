@@ -191,6 +191,25 @@ async def test_a_lagging_trigger_waits_for_what_follows_it_or_for_its_lag() -> N
     assert waiting.done() and waiting.result()  # alone, it is answered VERBS_LAG after it came
 
 
+async def test_a_lag_ends_by_its_own_batch_s_timer_not_an_earlier_batch_s() -> None:
+    clock = FakeClock()
+    q = TriggerQueue(clock)
+    q.put(VERBS_REMOVED)
+    q.put(Trigger("udev", "remove infiniband rxe0", narrow=True, rdma=True, removed=True))
+    assert q.take() is not None  # the first removal, answered at once
+    clock.advance(VERBS_LAG / 2)
+    q.put(VERBS_REMOVED)  # the next removal, half a lag later
+    waiting = asyncio.ensure_future(q.wait())
+    await asyncio.sleep(0)
+    clock.advance(VERBS_LAG / 2)  # when the first batch's lag would have ended
+    await asyncio.sleep(0)
+    assert not waiting.done()  # still waiting for its own RDMA device's removal
+    clock.advance(VERBS_LAG / 2)
+    await asyncio.sleep(0)
+    assert waiting.done() and waiting.result()
+    assert clock.pending() == []
+
+
 async def test_a_batch_of_lagging_triggers_waits_for_the_first_lag_to_end() -> None:
     clock = FakeClock()
     q = TriggerQueue(clock)
