@@ -84,11 +84,13 @@ class ReadyGate:
         self.rested = asyncio.Event()
 
     def notify(self, state: str) -> None:
-        if "READY=1" in state.split("\n"):
+        lines = state.split("\n")
+        ready = "READY=1" in lines
+        if ready:
             self.rested.set()
-        if not self.is_open and "READY=1" in state.split("\n"):
+        if not self.is_open and ready:
             self.held = state
-            rest = "\n".join(line for line in state.split("\n") if line != "READY=1")
+            rest = "\n".join(line for line in lines if line != "READY=1")
             if rest:
                 self.inner.notify(rest)  # e.g. STATUS=: shown by systemctl at once
             return
