@@ -147,8 +147,9 @@ class FastPath:
 
         The narrow read is the event path's: an rxe link whose netdev just appeared
         is added from the link event's own news (at most one netlink dump), not a walk of
-        sysfs and /proc. Any pass that changed the kernel is followed by a full one,
-        which verifies it.
+        sysfs and /proc. A pass whose plan changed the kernel is followed by a full
+        one, which verifies it; what a reaction applied is checked by the observation of
+        the pass it began (and a pass that ends at rest arms the next reaction at once).
         """
         narrow = batch.narrow and not (first or batch.reload or batch.driver or batch.stale_all)
         if not narrow or self._narrow_host is None:

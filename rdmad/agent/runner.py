@@ -31,12 +31,13 @@ Follow one ``Batch`` (``rdmad.triggers``) from the event to the next pass:
    destructive write (kernel.apply.recheck) and answers stale if it changed. There is no
    re-check step of its own between plan and apply. What step 3 did is added in.
 7. Bookkeeping: objects recovered and expectations met (``_update_objects``), a look
-   again at GIDs (``_look_again``), the pass recorded, a follow-up trigger when the
-   kernel changed (``_follow_up``), retry and expectation timers.
+   again at GIDs (``_look_again``), the pass recorded, a follow-up trigger when step
+   6 changed the kernel (``_follow_up``; what step 3 changed, step 4 has checked),
+   retry and expectation timers.
 8. Report (``agent.reporting``): the triggers answered (``batch.through``), status
    published, the state file saved, READY=1 at the first rest, STATUS=.
-9. Arm, only at rest (nothing changed, nothing stale, no expectation) and not in a dry
-   run: ``FastPath.arm`` plans ahead (``reconcile.reactions.anticipate``) what the
+9. Arm, only at rest (step 6 changed nothing, nothing stale, no expectation) and not in
+   a dry run: ``FastPath.arm`` plans ahead (``reconcile.reactions.anticipate``) what the
    awaited events will call for and arms it (step 0 and step 3 of the next pass).
 10. READY=1 answers a reload, whatever the pass did (once ready); then the loop's
     ``Agent._settle`` decides when the next batch is taken.
@@ -158,6 +159,9 @@ class PassRunner:
 
         # 6. re-check and apply
         done = await self.applier.apply_all(actions, cause, observed, frozenset(batch.touched))
+        # What step 3 changed was checked by this pass's observation (step 4): only what
+        # the plan applied after it calls for a follow-up, or keeps the pass from rest.
+        unchecked = done.changed
         if reacted is not None:
             done = Applied(
                 done.count + reacted.count,
@@ -184,12 +188,12 @@ class PassRunner:
             narrow=narrow,
             latency=round(started - batch.first_at, 4),
         )
-        self._follow_up(done.changed, actions)
+        self._follow_up(unchecked, actions)
         timers.arm_retry()
         timers.arm_expectations()
 
         # 8. report
-        resting = not done.changed and not done.aborted and not timers.expecting(now)
+        resting = not unchecked and not done.aborted and not timers.expecting(now)
         reporter.answered = batch.through
         reporter.publish(objects, observed, actions, timers.expectations)
         if done.changed or done.count or first or batch.reload or told:

@@ -66,8 +66,7 @@ async def test_the_netdev_awaited_gets_its_link_before_the_pass_observes(rig: Ri
     r.agent.queue.put(netdev_added("eth9", 9))
     await until(lambda: ADD in host.steps, "rxe added")
     await r.idle()
-    # Applied first; then the same pass read the RDMA links it changed; the follow-up
-    # verified with a full observation and planned nothing more.
+    # Applied first; then the same pass read the RDMA links it changed: its check.
     assert host.steps[:2] == [ADD, "read rdma"]
     assert [a for a in host.applied if isinstance(a, AddRxe)] == [host.applied[0]]
     assert r.agent.runner.fast.reactions_applied == 1
@@ -135,6 +134,27 @@ async def test_a_removed_link_is_added_again_on_the_kernels_own_removal(rig: Rig
     r.agent.queue.put(rdma_removed("rxe0"))
     await until(lambda: ADD in host.steps, "rxe added again")
     assert host.steps[0] == ADD and r.agent.runner.fast.reactions_applied == 1
+    await r.stop()
+
+
+async def test_the_pass_a_reaction_starts_is_its_check_and_arms_again(rig: RigFactory) -> None:
+    """Its observation comes after the add: with nothing more to do it is at rest, arms
+    the next reaction at once and needs no follow-up (the next removal, as soon as a
+    bench's half-second later, meets the reflex armed, not a pass in progress)."""
+    host = OrderHost(netdevs=["eth9"])
+    r = await rig(desired(("rxe0", "eth9"), drift_interval="1h"), host=host).start()
+    await r.idle()
+    for round_ in (1, 2):
+        passes = len(r.agent.passes)
+        host.steps.clear()
+        del host.links["rxe0"]
+        r.agent.queue.put(rdma_removed("rxe0"))
+        await until(lambda: ADD in host.steps, "rxe added again")
+        await r.idle()
+        assert host.steps == [ADD, "read rdma"], host.steps
+        assert len(r.agent.passes) == passes + 1, [p.cause for p in list(r.agent.passes)[passes:]]
+        assert r.agent.runner.fast.reactions_applied == round_
+    assert host.links == {"rxe0": "eth9"}
     await r.stop()
 
 
