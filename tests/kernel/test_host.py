@@ -697,12 +697,23 @@ async def test_rxe_add_still_refused_at_the_release_wait_is_stale(
 async def test_rxe_add_refused_otherwise_during_the_release_fails_with_that_error(
     tree: Path,
 ) -> None:
-    """A refusal that is not the release (the netdev went meanwhile) ends the retries: it
-    fails as any add does, with the kernel's words."""
+    """A refusal that is not the release ends the retries: it fails as any add does,
+    with the kernel's words (here ENODEV while eth0 is still there)."""
     rdma = ReleasingRdma(_taken(), _taken(errno.ENODEV))
     result = await make_host(tree, rdma=rdma).apply(AddRxe("o", "r", name="rxe0", netdev="eth0"))
     assert rdma.attempts == 2 and not result.ok
     assert str(result.errors[0]) == "add rxe link rxe0 on netdev eth0: no such device (ENODEV)"
+
+
+async def test_rxe_add_refused_as_its_netdev_is_deleted_is_stale(tree: Path) -> None:
+    """Deleting a netdev removes its rxe device first: the add planned ahead for that
+    removal can reach the kernel before the link news. ENODEV with the netdev gone
+    from sysfs is the plan's observation out of date (stale), not a failed write."""
+    rdma = ReleasingRdma(_taken(errno.ENODEV))
+    host = make_host(tree, rdma=rdma)
+    result = await host.apply(AddRxe("o", "r", name="rxe0", netdev="eth7"))
+    assert rdma.attempts == 1 and result.stale and "netdev eth7 was deleted" in result.note
+    assert not result.writes and not host.records and not rdma.made
 
 
 async def test_rxe_add_refused_by_a_real_link_is_not_sent_again(tree: Path) -> None:

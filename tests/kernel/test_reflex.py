@@ -82,6 +82,7 @@ def kernel() -> Iterator[FakeKernel]:
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Sysfs:
     (tmp_path / "sys/module/ib_core").mkdir(parents=True)
+    (tmp_path / "sys/class/net/eth0").mkdir(parents=True)
     return Sysfs(tmp_path)
 
 
@@ -198,7 +199,7 @@ async def test_a_kernel_refusal_is_the_outcome(sysfs: Sysfs, kernel: FakeKernel)
     assert await refusal(reflex) == errno.ENODEV
 
 
-async def test_nothing_is_sent_when_the_gate_says_no_disarmed_paused_or_without_ib_core(
+async def test_nothing_is_sent_when_the_gate_says_no_disarmed_paused_netdev_gone_or_no_ib_core(
     tmp_path: Path, sysfs: Sysfs, kernel: FakeKernel
 ) -> None:
     clock = FakeClock()
@@ -211,6 +212,14 @@ async def test_nothing_is_sent_when_the_gate_says_no_disarmed_paused_or_without_
     reflex.netdev_added("eth0")
     reflex.rdma_removed("rxe0")
     assert asked == [] and not reflex.armed
+
+    # The rxe device went with its netdev (deleted): its removal's uevent can come
+    # before the link news.
+    reflex, asked = armed(sysfs, kernel, clock)
+    (tmp_path / "sys/class/net/eth0").rmdir()
+    reflex.rdma_removed("rxe0")
+    assert asked == [] and reflex.take(ADD) is None
+    (tmp_path / "sys/class/net/eth0").mkdir()
 
     reflex, asked = armed(sysfs, kernel, clock)
     write_pause(sysfs, by="test", reason="a guarded stop", seconds=60, modules=[], now=clock.wall())

@@ -165,8 +165,8 @@ class KernelHost(ObservingHost):
                     return self._stale_midway(action, writes, planned[i:], exc)
             if isinstance(action, AddRxe):
                 added = await self._add_rxe(action, w)
-                if added is None:
-                    why = f"RDMA device {action.name} is still being removed by the kernel"
+                if isinstance(added, str):
+                    why = added
                     log.info("%s: %s: dropped as stale: %s", action.obj, action.describe(), why)
                     return ApplyResult(action, Outcome.STALE, (), f"stale: {why}")
                 writes.append(added)
@@ -225,10 +225,11 @@ class KernelHost(ObservingHost):
         log.debug("%s: added by the reflex (%d sends)", action.obj, firing.sends)
         return self._record(action, w.changes[0], None, self.clock.monotonic() - firing.started)
 
-    async def _add_rxe(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | None:
+    async def _add_rxe(self, action: AddRxe, w: PlannedWrite) -> WriteRecord | str:
         """The rxe add, sent again while the kernel still releases an old device of that
-        name (see RXE_RELEASE_WAIT); None: still refused so at the end (stale). Only the
-        last attempt is recorded: the refusals before it are the kernel's teardown."""
+        name (see RXE_RELEASE_WAIT); a string: why it is stale (still refused so at the
+        end, or its netdev deleted since the observation). Only the last attempt is
+        recorded: the refusals before it are the kernel's teardown."""
         done = await self._reflex_outcome(action, w)
         if done is not None:
             return done
@@ -242,19 +243,26 @@ class KernelHost(ObservingHost):
                 await self._run(action, w)
             except KernelError as exc:
                 error = exc
+            if error is not None and error.errno == errno_mod.ENODEV and self._netdev_gone(action):
+                # Deleting a netdev takes its rxe device with it; the add planned on that
+                # device's removal (a reaction) can reach the kernel before the link news.
+                return f"netdev {action.netdev} was deleted"
             if error is None or error.errno not in _RXE_TAKEN:
                 break
             if not releasing and not await self._rxe_name_in_release(action):
                 break  # a link of that name, or on that netdev, is really there
             releasing = True
             if clock.monotonic() + pause - started > RXE_RELEASE_WAIT:
-                return None
+                return f"RDMA device {action.name} is still being removed by the kernel"
             await sleep_until(clock, clock.monotonic() + pause)
             pause = min(pause * 2, RXE_RETRY_MAX)
         if releasing:
             waited = round((clock.monotonic() - started) * 1000, 1)
             log.debug("%s: added after the old device's release (%s ms)", action.obj, waited)
         return self._record(action, w.changes[0], error, clock.monotonic() - started)
+
+    def _netdev_gone(self, action: AddRxe) -> bool:
+        return not self.sysfs.exists(f"sys/class/net/{action.netdev}")
 
     async def _rxe_name_in_release(self, action: AddRxe) -> bool:
         """An rxe add refused as existing while no such link is listed: the kernel is
