@@ -172,6 +172,9 @@ class Sysfs(SysfsFiles):
     def netdev_attr(self, name: str, attr: str) -> str | None:
         return self.read(f"{CLASS_NET}/{name}/{attr}")
 
+    def netdev_exists(self, name: str) -> bool:
+        return self.exists(f"{CLASS_NET}/{name}")
+
     def own_netdev(self, names: Sequence[str]) -> str | None:
         """The netdev that stands for a PCI function itself, among those under its net/.
 

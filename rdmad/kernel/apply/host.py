@@ -243,7 +243,8 @@ class KernelHost(ObservingHost):
                 await self._run(action, w)
             except KernelError as exc:
                 error = exc
-            if error is not None and error.errno == errno_mod.ENODEV and self._netdev_gone(action):
+            no_device = error is not None and error.errno == errno_mod.ENODEV
+            if no_device and not self.sysfs.netdev_exists(action.netdev):
                 # Deleting a netdev takes its rxe device with it; the add planned on that
                 # device's removal (a reaction) can reach the kernel before the link news.
                 return f"netdev {action.netdev} was deleted"
@@ -261,9 +262,6 @@ class KernelHost(ObservingHost):
             log.debug("%s: added after the old device's release (%s ms)", action.obj, waited)
         return self._record(action, w.changes[0], error, clock.monotonic() - started)
 
-    def _netdev_gone(self, action: AddRxe) -> bool:
-        return not self.sysfs.exists(f"sys/class/net/{action.netdev}")
-
     async def _rxe_name_in_release(self, action: AddRxe) -> bool:
         """An rxe add refused as existing while no such link is listed: the kernel is
         still unregistering the old one (its events come before the name is free).
@@ -271,7 +269,7 @@ class KernelHost(ObservingHost):
         links = await self._fresh_rdma_links()
 
         def live(r: RdmaLinkObserved) -> bool:  # on a netdev that still exists
-            return r.netdev is not None and self.sysfs.exists(f"sys/class/net/{r.netdev}")
+            return r.netdev is not None and self.sysfs.netdev_exists(r.netdev)
 
         # A link of that name whose netdev is gone is one the kernel is tearing down.
         return not any(

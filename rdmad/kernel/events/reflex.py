@@ -187,7 +187,7 @@ class RxeReflex:
             return  # opening the socket would make the kernel load it: the pass decides
         if read_pause(self.sysfs, self.clock.wall()) is not None:
             return  # a guarded stop: the pass reports what waits
-        if release_expected and not self.sysfs.exists(f"sys/class/net/{action.netdev}"):
+        if release_expected and not self.sysfs.netdev_exists(action.netdev):
             # Deleting a netdev removes its rxe device too, and that removal's uevent can
             # be read before the link news of the deletion: the add would be refused
             # (ENODEV) and reported as a failed write. The pass sees the netdev gone.
