@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.peermem.choice import Held, decide
-from rdmad.peermem.facts import ModuleFile, PeermemFacts, exports, gather
+from rdmad.peermem.facts import ModuleFile, PeermemFacts, exports, gather, parse_modules_dep
 from rdmad.peermem.findings import diagnose, dmabuf_finding, preflight
 from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, UNSIGNED, gpu_node
 
@@ -299,6 +299,71 @@ def test_kallsyms_match_is_the_whole_word_definition(
     text = sep.join(f"ffff {kind}{name}{tail}" for kind, name, tail in lines).encode()
     for symbol in ("ib_umem_dmabuf_get", "_get", "x"):
         assert exports(text, symbol) == _exports_by_regex(text, symbol), (text, symbol)
+
+
+def _modules_dep_line_by_line(text: str, wanted: list[str]) -> dict[str, str]:
+    """The definition: each "PATH: DEPS" line in order, the first whose file is the module."""
+    out: dict[str, str] = {}
+    for line in text.split("\n"):
+        path, sep, _ = line.partition(":")
+        name = path.rsplit("/", 1)[-1].split(".ko", 1)[0].replace("-", "_")
+        if sep and name in wanted and name not in out:
+            out[name] = path.strip()
+    return out
+
+
+WANTED = ["nvidia_peermem", "nvidia_p2p", "ib_core", "nvidia", "rdma_rxe", "x"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "kernel/", "updates/dkms/", "a/ib_core.ko/", " ", "x:"]),
+            st.sampled_from(
+                [
+                    "nvidia-peermem",
+                    "nvidia_peermem",
+                    "nvidia-p2p",
+                    "nvidia",
+                    "ib_core",
+                    "ib-core",
+                    "mlx5_core",
+                    "ib_core2",
+                    "nvidia_peermemx",
+                    "rdma_rxe",
+                    "x",
+                    "_x",
+                    "",
+                ]
+            ),
+            st.sampled_from([".ko", ".ko.zst", ".ko.xz", "", ".kox"]),
+            st.sampled_from([":", ": kernel/ib_core.ko", ": updates/nvidia-peermem.ko", " :", ""]),
+        ),
+        max_size=8,
+    ),
+)
+def test_modules_dep_lookup_is_the_line_by_line_definition(
+    lines: list[tuple[str, str, str, str]],
+) -> None:
+    text = "\n".join(f"{d}{n}{k}{t}" for d, n, k, t in lines)
+    for wanted in (WANTED, WANTED[:1], ["ib_core", "ib_core"]):
+        got = parse_modules_dep(text, wanted)
+        assert got == _modules_dep_line_by_line(text, wanted), (text, wanted)
+
+
+def test_modules_dep_lookup_takes_the_module_not_a_dependency_or_a_longer_name() -> None:
+    text = (
+        "kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko: kernel/ib_core.ko\n"
+        "updates/dkms/nvidia-peermem-old.ko:\n"
+        "kernel/drivers/infiniband/core/ib_core.ko.zst:\n"
+        "updates/dkms/nvidia-peermem.ko: updates/dkms/nvidia.ko kernel/ib_core.ko\n"
+        "kernel/other/nvidia-peermem.ko:"
+    )
+    assert parse_modules_dep(text, ["nvidia_peermem", "ib_core", "nvidia"]) == {
+        "nvidia_peermem": "updates/dkms/nvidia-peermem.ko",
+        "ib_core": "kernel/drivers/infiniband/core/ib_core.ko.zst",
+    }
 
 
 @pytest.mark.parametrize("suffix", [".ko.xz", ".ko.gz"])
