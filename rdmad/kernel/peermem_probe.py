@@ -5,7 +5,10 @@ for the expensive ones (modules.dep, module files, /proc/kallsyms: megabytes und
 TCG) on every pass: they are read only where the declared mode's decision can turn on
 them (``rdmad.peermem.choice.needs_all_facts``: a GPU driver loaded, and for auto the
 RDMA core too), and again only when something they depend on changed (the loaded
-modules, the kernel switches, modules.dep rewritten by depmod after a DKMS build).
+modules, the kernel switches, modules.dep rewritten by depmod after a DKMS build). Of
+those, /proc/kallsyms (which the kernel formats as it is read: tens of ms on a real
+node) only where a finding can turn on what ib_core exports (``gather``'s
+``all_symbols``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,6 @@ class PeermemProbe:
             sysfs.stamp(dep) if dep else None,
         )
         if key != self._key or self._facts is None:
-            self._facts = peermem.gather(sysfs, full=True)
+            self._facts = peermem.gather(sysfs, full=True, all_symbols=False)
             self._key = key
         return self._facts

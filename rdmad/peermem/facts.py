@@ -18,6 +18,7 @@ from typing import NamedTuple, Protocol
 
 from rdmad.peermem.names import (
     CANDIDATES,
+    DMABUF_KERNEL,
     DMABUF_SYMBOL,
     GPU_DRIVER,
     PEER_API,
@@ -102,6 +103,12 @@ def kernel_version(release: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def dmabuf_kernel(release: str | None) -> bool:
+    """Whether the kernel is new enough for RDMA memory from a DMA-BUF (5.12)."""
+    version = kernel_version(release)
+    return version is not None and version >= DMABUF_KERNEL
+
+
 def parse_modules_dep(text: str, wanted: Iterable[str]) -> dict[str, str]:
     """Canonical module name -> path, for the wanted names, from modules.dep text
     ("PATH: DEPS" lines, as depmod writes them; the first line naming a module wins).
@@ -179,10 +186,23 @@ def kmsg_text(record: str) -> str:
     return record
 
 
-def gather(fs: Reader, *, full: bool = True, kernel_log: Sequence[str] = ()) -> PeermemFacts:
+def gather(
+    fs: Reader,
+    *,
+    full: bool = True,
+    kernel_log: Sequence[str] = (),
+    all_symbols: bool = True,
+) -> PeermemFacts:
     """Read the facts. ``full`` False reads only what says peermem is not needed now
     (the loaded modules and the switches): the module tree and kallsyms are read only
-    when a GPU driver or a peermem module is around."""
+    when a GPU driver or a peermem module is around.
+
+    ``all_symbols`` False (the daemon's passes): what ib_core exports (/proc/kallsyms, or
+    its module file) is read only where a finding can turn on it: the peer-memory API for
+    a module that needs it or cannot be told, the DMA-BUF symbol for its info finding
+    (kernel >= 5.12, the open GPU modules). The kernel formats /proc/kallsyms as it is
+    read: 55-85 ms for 122,000 lines on the host bench's VM, more than the rest of a
+    pass. The doctor reads them always, to show them."""
     unread: list[str] = []
     release = fs.read("proc/sys/kernel/osrelease")
     if release is None:
@@ -227,11 +247,15 @@ def gather(fs: Reader, *, full: bool = True, kernel_log: Sequence[str] = ()) -> 
     )
     if not full:
         return facts
-    return _gather_more(fs, facts, unread, kernel_log)
+    return _gather_more(fs, facts, unread, kernel_log, all_symbols)
 
 
 def _gather_more(
-    fs: Reader, facts: PeermemFacts, unread: list[str], kernel_log: Sequence[str]
+    fs: Reader,
+    facts: PeermemFacts,
+    unread: list[str],
+    kernel_log: Sequence[str],
+    all_symbols: bool,
 ) -> PeermemFacts:
     files: list[ModuleFile] = []
     has_dep = True
@@ -248,21 +272,25 @@ def _gather_more(
         for name in CANDIDATES:
             if name in found:
                 files.append(_module_file(fs, name, f"{base}/{found[name]}", found[name]))
-    syms = fs.read_bytes("proc/kallsyms")
-    peer_api = dmabuf = None
-    if syms is not None and syms:
-        peer_api = exports(syms, PEER_API)
-        dmabuf = exports(syms, DMABUF_SYMBOL)
-        if RDMA_CORE not in facts.loaded:
-            # kallsyms lists only what is loaded: without ib_core it cannot say no.
-            peer_api = peer_api or None
-            dmabuf = dmabuf or None
-    else:
-        unread.append("/proc/kallsyms (exported symbols of ib_core)")
-    if peer_api is None and facts.release is not None:
-        peer_api = _ib_core_file_exports(fs, facts.release)
     taint = fs.read(f"sys/module/{GPU_DRIVER}/taint")
     open_gpu = None if taint is None else "P" not in taint
+    # What a finding can turn on (findings.preflight, dmabuf_finding, diagnose's words).
+    wants_peer_api = all_symbols or bool(files and files[0].needs_peer_api is not False)
+    wants_dmabuf = all_symbols or (open_gpu is True and dmabuf_kernel(facts.release))
+    peer_api = dmabuf = None
+    if wants_peer_api or wants_dmabuf:
+        syms = fs.read_bytes("proc/kallsyms")
+        if syms is not None and syms:
+            peer_api = exports(syms, PEER_API)
+            dmabuf = exports(syms, DMABUF_SYMBOL)
+            if RDMA_CORE not in facts.loaded:
+                # kallsyms lists only what is loaded: without ib_core it cannot say no.
+                peer_api = peer_api or None
+                dmabuf = dmabuf or None
+        else:
+            unread.append("/proc/kallsyms (exported symbols of ib_core)")
+        if peer_api is None and wants_peer_api and facts.release is not None:
+            peer_api = _ib_core_file_exports(fs, facts.release)
     lines = tuple(t for t in (kmsg_text(r) for r in kernel_log) if any(c in t for c in CANDIDATES))
     return PeermemFacts(
         release=facts.release,

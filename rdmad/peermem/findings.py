@@ -15,10 +15,9 @@ import re
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from rdmad.peermem.facts import PeermemFacts, kernel_version, kmsg_text
+from rdmad.peermem.facts import PeermemFacts, dmabuf_kernel, kmsg_text
 from rdmad.peermem.names import (
     CANDIDATES,
-    DMABUF_KERNEL,
     DMABUF_SYMBOL,
     MODULES_DISABLED,
     NO_MODULE_SUPPORT,
@@ -137,8 +136,7 @@ def preflight(facts: PeermemFacts) -> list[Finding]:
 
 def dmabuf_finding(facts: PeermemFacts) -> Finding | None:
     """GPUDirect RDMA through DMA-BUF needs no peermem: say so when the node can do it."""
-    version = kernel_version(facts.release)
-    if version is None or version < DMABUF_KERNEL:
+    if not dmabuf_kernel(facts.release):
         return None
     if not facts.dmabuf_symbol or not facts.open_gpu_modules:
         return None

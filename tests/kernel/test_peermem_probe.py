@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rdmad.kernel.apply.observe import observe
 from rdmad.kernel.peermem_probe import PeermemProbe
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.model import Desired, LoadModule, ObserveScope, PeermemSpec, PlanState
 from rdmad.model.validation import validate
+from rdmad.peermem.choice import decide
+from rdmad.peermem.facts import gather
 from rdmad.reconcile import observe_scope, plan
 from tests.support.countingsysfs import CountingSysfs
-from tests.support.fakesysfs import RELEASE, gpu_node
+from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, gpu_node
 
 
 def test_observe_plans_peermem_on_a_fake_gpu_node(tmp_path: Path) -> None:
@@ -121,3 +125,36 @@ def test_an_observer_nobody_told_reads_everything(tmp_path: Path) -> None:
         modules=frozenset({"rdma_rxe"}), peermem="require"
     )
     assert f"lib/modules/{RELEASE}/modules.dep" in costly_reads(fs)
+
+
+INBOX = {PEERMEM_KO: b"ib_register_client" + SIGNED}  # built against the inbox ib_core
+MOFED = {PEERMEM_KO: b"ib_register_peer_memory_client" + SIGNED}
+
+
+@pytest.mark.parametrize(
+    ("installed", "taint", "release", "read"),
+    [
+        (INBOX, "PO", RELEASE, False),  # the proprietary driver: no DMA-BUF finding
+        (INBOX, "O", "5.4.0-216-generic", False),  # open modules, a kernel before DMA-BUF
+        ({}, "PO", RELEASE, False),  # nothing installed: the finding says so, not ib_core
+        (MOFED, "PO", RELEASE, True),  # the module needs the peer-memory API
+        (INBOX, "O", RELEASE, True),  # open modules on 6.1: the DMA-BUF info finding
+        ({"updates/dkms/nvidia-peermem.ko.zst": b"\x28\xb5\x2f\xfd"}, "PO", RELEASE, True),
+    ],
+)
+def test_kallsyms_is_read_only_where_a_finding_can_turn_on_it(
+    tmp_path: Path, installed: dict[str, bytes], taint: str, release: str, read: bool
+) -> None:
+    """The kernel formats /proc/kallsyms as it is read (tens of ms on a real node): a
+    pass reads it for the peer-memory API only when the module needs it or cannot be
+    told (zstd), and for the DMA-BUF symbol only where its info finding can be made. The
+    decision is the doctor's, who reads every symbol."""
+    gpu_node(tmp_path, installed=installed, nvidia_taint=taint, release=release)
+    fs = CountingSysfs(tmp_path)
+    facts = PeermemProbe().facts(fs, "auto")
+    assert facts.probed
+    assert ("proc/kallsyms" in costly_reads(fs)) is read
+    assert not [rel for rel in costly_reads(fs) if rel.endswith("ib_core.ko")]
+    everything = gather(Sysfs(tmp_path), full=True)
+    for mode in ("auto", "require"):
+        assert decide(mode, facts) == decide(mode, everything), mode
