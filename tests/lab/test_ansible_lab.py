@@ -31,7 +31,9 @@ import pytest
 from demo import virtio_nic_pci
 from harness import REPO_ROOT, SRC_MOUNT, ExecResult, Guest, build_deb, log
 
-pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+# Three playbook runs in a 1-vCPU TCG guest: 126-130 s on the host of 2026-11-29, 651-684 s
+# on 2026-11-30's (13-47 s per task); the bounds leave room for a host slower still.
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
 
 ANSIBLE_VENV = REPO_ROOT / ".venv-ansible"
 HINT = "bash scripts/fleet-deps.sh makes .venv-ansible with ansible-core"
@@ -47,7 +49,7 @@ VFS = [
     {"index": 1, "mac": "02:00:00:00:0b:01"},
     {"index": 3, "vlan": 303},
 ]
-PLAYBOOK_TIMEOUT = 420.0  # one ansible-playbook run under TCG, bounded
+PLAYBOOK_TIMEOUT = 600.0  # one ansible-playbook run under TCG, bounded (the first: 289 s)
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ")
 # PLAY [...] starts the clock (start-up is before it); each TASK/HANDLER line ends the
 # step before it; PLAY RECAP ends the last one.
