@@ -15,6 +15,11 @@ RDMA_CORE = "ib_core"
 CANDIDATES = ("nvidia_peermem", "nvidia_p2p")
 PEER_API = "ib_register_peer_memory_client"
 DMABUF_SYMBOL = "ib_umem_dmabuf_get"
+# The module DMABUF_SYMBOL is linked into: the kernel's user-memory code (umem*.o) is
+# part of ib_uverbs, not ib_core. Its class directory exists while it is loaded or
+# built in (a built-in without parameters has no /sys/module entry).
+DMABUF_MODULE = "ib_uverbs"
+VERBS_CLASS = "sys/class/infiniband_verbs"
 DMABUF_KERNEL = (5, 12)
 # How the kernel layer appends the kernel log's lines to a failed modprobe's words.
 KERNEL_LOG_SEP = "; kernel log: "

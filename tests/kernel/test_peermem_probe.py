@@ -131,25 +131,36 @@ INBOX = {PEERMEM_KO: b"ib_register_client" + SIGNED}  # built against the inbox 
 MOFED = {PEERMEM_KO: b"ib_register_peer_memory_client" + SIGNED}
 
 
+DMABUF = ("ib_umem_get", "ib_umem_dmabuf_get")  # ib_uverbs' functions, as its BTF names them
+
+
 @pytest.mark.parametrize(
-    ("installed", "taint", "release", "read"),
+    ("installed", "taint", "release", "btf", "read"),
     [
-        (INBOX, "PO", RELEASE, False),  # the proprietary driver: no DMA-BUF finding
-        (INBOX, "O", "5.4.0-216-generic", False),  # open modules, a kernel before DMA-BUF
-        ({}, "PO", RELEASE, False),  # nothing installed: the finding says so, not ib_core
-        (MOFED, "PO", RELEASE, True),  # the module needs the peer-memory API
-        (INBOX, "O", RELEASE, True),  # open modules on 6.1: the DMA-BUF info finding
-        ({"updates/dkms/nvidia-peermem.ko.zst": b"\x28\xb5\x2f\xfd"}, "PO", RELEASE, True),
+        (INBOX, "PO", RELEASE, None, False),  # the proprietary driver: no DMA-BUF finding
+        (INBOX, "O", "5.4.0-216-generic", None, False),  # open modules, before DMA-BUF
+        ({}, "PO", RELEASE, None, False),  # nothing installed: the finding says so
+        (MOFED, "PO", RELEASE, DMABUF, True),  # the module needs the peer-memory API
+        (INBOX, "O", RELEASE, None, True),  # open modules on 6.1, no BTF: the DMA-BUF note
+        (INBOX, "O", RELEASE, DMABUF, False),  # the same with BTF naming the function
+        (INBOX, "O", RELEASE, DMABUF[:1], True),  # BTF that leaves it out: not a "no"
+        ({"updates/dkms/nvidia-peermem.ko.zst": b"\x28\xb5\x2f\xfd"}, "PO", RELEASE, None, True),
     ],
 )
 def test_kallsyms_is_read_only_where_a_finding_can_turn_on_it(
-    tmp_path: Path, installed: dict[str, bytes], taint: str, release: str, read: bool
+    tmp_path: Path,
+    installed: dict[str, bytes],
+    taint: str,
+    release: str,
+    btf: tuple[str, ...] | None,
+    read: bool,
 ) -> None:
     """The kernel formats /proc/kallsyms as it is read (tens of ms on a real node): a
     pass reads it for the peer-memory API only when the module needs it or cannot be
-    told (zstd), and for the DMA-BUF symbol only where its info finding can be made. The
-    decision is the doctor's, who reads every symbol."""
-    gpu_node(tmp_path, installed=installed, nvidia_taint=taint, release=release)
+    told (zstd), and for the DMA-BUF symbol only where its info finding can be made and
+    the kernel's BTF does not name it. The decision is the doctor's, who reads every
+    symbol."""
+    gpu_node(tmp_path, installed=installed, nvidia_taint=taint, release=release, btf=btf)
     fs = CountingSysfs(tmp_path)
     facts = PeermemProbe().facts(fs, "auto")
     assert facts.probed
@@ -158,3 +169,35 @@ def test_kallsyms_is_read_only_where_a_finding_can_turn_on_it(
     everything = gather(Sysfs(tmp_path), full=True)
     for mode in ("auto", "require"):
         assert decide(mode, facts) == decide(mode, everything), mode
+
+
+def btf_reads(fs: CountingSysfs) -> list[str]:
+    return [rel for how, rel in fs.asked if how == "read_bytes" and "/btf/" in rel]
+
+
+def test_the_dmabuf_symbol_comes_from_the_btf_of_the_code_that_holds_it(tmp_path: Path) -> None:
+    """ib_uverbs' own BTF while it is a loaded module, vmlinux's when it is built in
+    (its class directory, no /proc/modules line, no /sys/module entry); neither and no
+    kallsyms while no ib_uverbs is there: nothing has the function then."""
+    loaded = ("nvidia", "ib_core", "mlx5_core", "mlx5_ib")
+    cases = {  # name -> (loaded, ib_uverbs built in, BTF read, the DMA-BUF fact)
+        "module": ((*loaded, "ib_uverbs"), False, ["sys/kernel/btf/ib_uverbs"], True),
+        "built in": (loaded, True, ["sys/kernel/btf/vmlinux"], True),
+        "absent": (loaded, False, [], None),
+    }
+    for name, (mods, builtin, read, dmabuf) in cases.items():
+        root = tmp_path / name.replace(" ", "_")
+        gpu_node(root, loaded=mods, installed=INBOX, nvidia_taint="O", btf=DMABUF)
+        if builtin:
+            (root / "sys/class/infiniband_verbs").mkdir(parents=True, exist_ok=True)
+        fs = CountingSysfs(root)
+        facts = PeermemProbe().facts(fs, "auto")
+        assert btf_reads(fs) == read, name
+        assert "proc/kallsyms" not in costly_reads(fs), name
+        assert facts.dmabuf_symbol is dmabuf, name
+        everything = gather(Sysfs(root), full=True)
+        assert everything.dmabuf_symbol is dmabuf, name  # the doctor's answer
+        assert decide("auto", facts) == decide("auto", everything), name
+        assert ("dmabuf-available" in [f.id for f in decide("auto", facts).findings]) is bool(
+            dmabuf
+        ), name

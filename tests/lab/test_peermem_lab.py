@@ -11,10 +11,11 @@ peermem there is an event.
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 import pytest
-from harness import Guest
+from harness import Guest, install_rdmad, log
 from service import (
     DEBUG_LOG,
     ctl,
@@ -124,6 +125,70 @@ def test_nvidia_arriving_loads_peermem_and_a_stack_restart_brings_it_back(rdmad:
     )
     assert all("drift" not in h["cause"] for h in loads), loads
     assert peermem_entries(g, "failed") == []
+
+
+# In the guest, with rdmad's python: a pass's peer-memory facts in auto mode (the probe
+# the daemon uses) and the doctor's (every symbol), each file they read, and what the
+# kernel itself says: which module /proc/kallsyms names for the DMA-BUF function.
+FACTS_SCRIPT = textwrap.dedent(
+    """
+    import json, time
+    from rdmad.kernel.peermem_probe import PeermemProbe
+    from rdmad.kernel.sysfs import Sysfs
+    from rdmad.peermem.choice import decide
+    from rdmad.peermem.facts import gather
+    from rdmad.peermem.names import DMABUF_SYMBOL
+
+    class Counting(Sysfs):
+        def __init__(self):
+            super().__init__("/")
+            self.bytes_read = []
+        def read_bytes(self, rel):
+            self.bytes_read.append(rel)
+            return super().read_bytes(rel)
+
+    def timed(fn):
+        started = time.perf_counter()
+        out = fn()
+        return out, round((time.perf_counter() - started) * 1000, 1)
+
+    fs = Counting()
+    facts, pass_ms = timed(lambda: PeermemProbe().facts(fs, "auto"))
+    doctor, doctor_ms = timed(lambda: gather(Sysfs("/"), full=True))
+    kallsyms, kallsyms_ms = timed(lambda: open("/proc/kallsyms", "rb").read())
+    line = next(l for l in kallsyms.splitlines() if l.split()[2:3] == [DMABUF_SYMBOL.encode()])
+    print(json.dumps({
+        "pass": {"dmabuf": facts.dmabuf_symbol, "open_gpu": facts.open_gpu_modules,
+                 "read": fs.bytes_read, "ms": pass_ms,
+                 "findings": [f.id for f in decide("auto", facts).findings]},
+        "doctor": {"dmabuf": doctor.dmabuf_symbol, "ms": doctor_ms,
+                   "findings": [f.id for f in decide("auto", doctor).findings]},
+        "kallsyms": {"line": line.decode(), "ms": kallsyms_ms},
+    }))
+    """
+)
+
+
+def test_a_pass_finds_the_dmabuf_function_in_ib_uverbs_btf_not_kallsyms(guest: Guest) -> None:
+    """6.1 with the RDMA core and the (dummy, GPL: "open") GPU driver, as a GPU node with
+    the open modules: DMA-BUF is there, and a pass learns it from ib_uverbs' BTF, not from
+    /proc/kallsyms (the kernel formats all of it as it is read, 0.6 s in this guest).
+    The doctor, who reads every symbol, comes to the same facts and findings."""
+    g = guest
+    g.check("modprobe nvidia && modprobe rdma_rxe")  # rdma_rxe brings ib_core and ib_uverbs
+    python = install_rdmad(g)
+    res = g.run([python, "-c", FACTS_SCRIPT], timeout=300)
+    assert res.rc == 0, res.describe()
+    got = json.loads(res.out.strip().splitlines()[-1])
+    log(f"peermem facts in the guest: {json.dumps(got)}")
+    assert got["kallsyms"]["line"].endswith("[ib_uverbs]"), got  # where the kernel has it
+    one_pass = got["pass"]
+    assert one_pass["open_gpu"] is True and one_pass["dmabuf"] is True, got
+    assert "sys/kernel/btf/ib_uverbs" in one_pass["read"], got
+    assert "proc/kallsyms" not in one_pass["read"], got
+    assert got["doctor"]["dmabuf"] is True, got
+    assert "dmabuf-available" in one_pass["findings"], got
+    assert one_pass["findings"] == got["doctor"]["findings"], got
 
 
 def test_modules_disabled_is_reported_and_not_retried(installed_guest: Guest) -> None:

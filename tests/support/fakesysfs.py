@@ -204,6 +204,14 @@ class FakeSysfs:
         for key, value in params.items():
             self.write(f"sys/module/{name}/parameters/{key}", value)
 
+    def btf(self, name: str, *functions: str) -> None:
+        """/sys/kernel/btf/NAME: a BTF header, then a string section naming FUNCTIONS
+        (the first string is the empty one, as in the kernel's)."""
+        strings = b"\0" + b"".join(f.encode() + b"\0" for f in functions)
+        path = self.root / f"sys/kernel/btf/{name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\x9f\xeb\x01\x00" + bytes(20) + strings)
+
     def proc_modules(self, *names: str) -> None:
         """/proc/modules listing NAMEs as Live (what the kernel lists: loadable ones)."""
         lines = [f"{n} 16384 0 - Live 0x0000000000000000" for n in names]
@@ -239,6 +247,7 @@ def gpu_node(
     sig_enforce: bool = False,
     nvidia_taint: str = "PO",
     release: str = RELEASE,
+    btf: tuple[str, ...] | None = None,
 ) -> FakeSysfs:
     """A GPU + RDMA node as rdmad.peermem reads it: the running kernel's release,
     /proc/modules and /sys/module (built-ins without initstate or holders), the
@@ -246,7 +255,9 @@ def gpu_node(
 
     ``installed``: module path under /lib/modules/RELEASE -> file bytes (default: a
     signed nvidia-peermem that needs the peer-memory API). ``kallsyms`` None:
-    unreadable (no such file).
+    unreadable (no such file). ``btf``: the function names in the BTF of ib_uverbs
+    (/sys/kernel/btf/ib_uverbs when it is loaded, else vmlinux's); None: a kernel
+    without BTF.
     """
     fs = FakeSysfs(root)
     fs.write("proc/sys/kernel/osrelease", release)
@@ -273,6 +284,11 @@ def gpu_node(
         deps = [f"{rel}: kernel/drivers/infiniband/core/ib_core.ko" for rel in files]
         deps.append("kernel/drivers/infiniband/core/ib_core.ko:")
         fs.write(f"{base}/modules.dep", "\n".join(deps))
+    verbs_class = fs.root / "sys/class/infiniband_verbs"
+    if "ib_uverbs" not in loaded and "ib_uverbs" not in builtin and verbs_class.is_dir():
+        verbs_class.rmdir()  # ib_uverbs registers it: without the module, no such class
+    if btf is not None:
+        fs.btf("ib_uverbs" if "ib_uverbs" in loaded else "vmlinux", *btf)
     if kallsyms is not None:
         lines = [f"ffffffffc0{i:06x} T {s}\t[ib_core]" for i, s in enumerate(kallsyms)]
         fs.write("proc/kallsyms", "\n".join(["ffffffff81000000 T _stext", *lines]))

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from rdmad.kernel.sysfs import Sysfs
 from rdmad.peermem.choice import Held, decide
-from rdmad.peermem.facts import ModuleFile, PeermemFacts, exports, gather, parse_modules_dep
+from rdmad.peermem.facts import (
+    ModuleFile,
+    PeermemFacts,
+    btf_names,
+    exports,
+    gather,
+    parse_modules_dep,
+)
 from rdmad.peermem.findings import diagnose, dmabuf_finding, preflight
 from tests.support.fakesysfs import PEERMEM_KO, RELEASE, SIGNED, UNSIGNED, gpu_node
 
@@ -273,6 +280,25 @@ def test_kallsyms_match_is_by_whole_name() -> None:
     assert exports(text + b"ffff T ib_umem_dmabuf_get\t[ib_core]\n", "ib_umem_dmabuf_get")
     assert exports(b"ffff T ib_umem_dmabuf_get", "ib_umem_dmabuf_get")  # the text's end
     assert not exports(b"ib_umem_dmabuf_get T x\n", "ib_umem_dmabuf_get")  # no field before
+
+
+def test_btf_match_is_by_whole_name(tmp_path: Path) -> None:
+    fs = gpu_node(tmp_path, btf=("ib_umem_dmabuf_get_pinned", "my_ib_umem_dmabuf_get", "x"))
+    data = fs.root.joinpath("sys/kernel/btf/ib_uverbs").read_bytes()
+    assert not btf_names(data, "ib_umem_dmabuf_get")
+    assert btf_names(data, "ib_umem_dmabuf_get_pinned") and btf_names(data, "x")
+    assert btf_names(data + b"ib_umem_dmabuf_get\0", "ib_umem_dmabuf_get")
+    assert not btf_names(data + b"ib_umem_dmabuf_get", "ib_umem_dmabuf_get")  # unterminated
+
+
+def test_the_dmabuf_symbol_is_ib_uverbs_and_unknown_without_it(tmp_path: Path) -> None:
+    """The kernel links ib_umem_dmabuf_get into ib_uverbs: with ib_core alone nothing
+    has it yet, which is "not known" (ib_uverbs' arrival is a module event), not "no"."""
+    loaded = ("nvidia", "ib_core", "mlx5_core")
+    f = facts_of(tmp_path, loaded=loaded, nvidia_taint="O", kallsyms=("ib_register_client",))
+    assert f.dmabuf_symbol is None and f.peer_api is False
+    f = facts_of(tmp_path / "v", nvidia_taint="O", kallsyms=("ib_register_client",))
+    assert f.dmabuf_symbol is False  # ib_uverbs loaded, and kallsyms lists it not
 
 
 def _exports_by_regex(kallsyms: bytes, symbol: str) -> bool:
