@@ -180,7 +180,7 @@ async def test_a_flood_from_local_users_leaves_root_its_status(
                 assert (await f.line())["phase"] == "opened"
             reports = [await f.report() for f in flooders[1:]]
             held = sum(r["held"] for r in reports) + report["held"]
-            assert held == limits.connections, held
+            assert held == limits.connections, (held, report, reports)  # each user's counts
             for _ in range(3):
                 await root.answers_quickly()
             # Each connect was held, refused at once, or (the backlog full while the
