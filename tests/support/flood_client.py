@@ -13,6 +13,11 @@ Prints JSON lines: ``{"phase": "opened", ...}`` once the first round is open, wi
 "connect_failed": F, "max_held": M}`` at the end (H: still open now; C: closed by
 the server over the whole run, R of them refused with a 503; N: successful connects;
 F: connects that failed or timed out; M: the most held open at once).
+
+A UNIX socket's connect to a full listen backlog fails at once (EAGAIN) rather than
+waiting: ``--backlog-wait S`` retries it for up to S seconds, so that how many
+connections a user holds depends on the server's limits, not on how fast it drained
+its backlog at that moment.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ class HoldEnded(Exception):
 
 
 class Flood:
-    def __init__(self, target: str, address: str) -> None:
+    def __init__(self, target: str, address: str, backlog_wait: float = 0.0) -> None:
         self.target = target
         self.address = address
+        self.backlog_wait = backlog_wait
         self.sel = selectors.DefaultSelector()
         self.held: set[socket.socket] = set()
         self.closed_by_server = 0
@@ -54,12 +60,24 @@ class Flood:
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             where = (host.strip("[]"), int(port))
         sock.settimeout(1.0)  # a full backlog: give up on this one, do not hang
-        try:
-            sock.connect(where)
-        except OSError:
-            self.connect_failed += 1
-            sock.close()
-            return
+        deadline = time.monotonic() + self.backlog_wait
+        while True:
+            try:
+                sock.connect(where)
+                break
+            except BlockingIOError:
+                # AF_UNIX answers a full backlog with EAGAIN at once, not with a wait as
+                # TCP does: with --backlog-wait, wait for the server to make room.
+                if time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    continue
+                self.connect_failed += 1
+                sock.close()
+                return
+            except OSError:
+                self.connect_failed += 1
+                sock.close()
+                return
         sock.setblocking(False)
         self.sel.register(sock, selectors.EVENT_READ)
         self.held.add(sock)
@@ -135,11 +153,17 @@ def main() -> int:
     p.add_argument("-n", type=int, required=True, help="connections to hold")
     p.add_argument("--hold", type=float, default=None, help="seconds to keep reopening")
     p.add_argument("--every", type=float, default=0.2, help="seconds between reopenings")
+    p.add_argument(
+        "--backlog-wait",
+        type=float,
+        default=0.0,
+        help="seconds a connect waits for room in a full AF_UNIX backlog (default: fail at once)",
+    )
     args = p.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    flood = Flood(args.target, args.address)
+    flood = Flood(args.target, args.address, args.backlog_wait)
     for _ in range(args.n):
         flood.connect()
     print(json.dumps({"phase": "opened", "connects": flood.connects}), flush=True)
