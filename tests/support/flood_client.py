@@ -71,13 +71,11 @@ class Flood:
                 if time.monotonic() < deadline:
                     time.sleep(0.005)
                     continue
-                self.connect_failed += 1
-                sock.close()
-                return
             except OSError:
-                self.connect_failed += 1
-                sock.close()
-                return
+                pass
+            self.connect_failed += 1
+            sock.close()
+            return
         sock.setblocking(False)
         self.sel.register(sock, selectors.EVENT_READ)
         self.held.add(sock)
