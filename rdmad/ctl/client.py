@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import socket
+import struct
 
 from rdmad import __version__, exits
 
@@ -191,8 +192,8 @@ class Client:
     ) -> tuple[socket.socket, Response]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            self._connect(sock, timeout)
             sock.settimeout(timeout)
-            self._connect(sock)
             url = target + _query_string(query)
             request = (
                 f"{method} {url} HTTP/1.1\r\nHost: rdmad\r\n"
@@ -214,7 +215,22 @@ class Client:
             raise
         return sock, resp
 
-    def _connect(self, sock: socket.socket) -> None:
+    def _connect(self, sock: socket.socket, timeout: float) -> None:
+        """Connect, waiting up to ``timeout`` for room in a full listen backlog.
+
+        A connect to an AF_UNIX socket whose backlog is full (other local users' connections
+        that rdmad has not yet accepted, as in a flood) fails at once with EAGAIN on a
+        non-blocking socket, which Python's ``settimeout`` makes it. A blocking one waits
+        in the kernel for up to SO_SNDTIMEO and is woken by rdmad's next accept, so root's
+        request takes the first free place instead of failing or polling for one.
+        """
+        seconds = max(timeout, 0.001)
+        whole = int(seconds)
+        sock.setsockopt(
+            socket.SOL_SOCKET,
+            socket.SO_SNDTIMEO,
+            struct.pack("@ll", whole, int((seconds - whole) * 1_000_000)),
+        )
         try:
             sock.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -222,10 +238,14 @@ class Client:
             raise NotRunning(f"rdmad is not running ({why} at {self.path})") from None
         except PermissionError:
             raise Denied(f"permission denied on {self.path}: {GROUP_HINT}") from None
-        except TimeoutError:
-            raise NoAnswer(f"rdmad did not accept a connection on {self.path}") from None
+        except (BlockingIOError, TimeoutError):
+            raise NoAnswer(
+                f"rdmad did not accept a connection on {self.path} within {timeout:g} s "
+                "(its backlog of waiting connections stayed full)"
+            ) from None
         except OSError as exc:
             raise RequestFailed(f"cannot connect to {self.path}: {_strerror(exc)}") from None
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", 0, 0))
 
 
 def _read_body(resp: Response, timeout: float) -> bytes:
