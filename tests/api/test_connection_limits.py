@@ -102,13 +102,16 @@ class Flooder:
 # Root's client: another process (as `rdmad-ctl status` is), started before the flood
 # so that this process's descriptors are the server's alone. One request per line read.
 PROBE = """
-import json, socket, sys, time
+import json, socket, struct, sys, time
 for _ in sys.stdin:
     started = time.monotonic()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5.0)  # rdmad-ctl's default --timeout
+    # As rdmad-ctl connects: waiting in the kernel for room in a full backlog, up to its
+    # default --timeout (a socket with settimeout() would fail at once with EAGAIN).
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", 5, 0))
     try:
         s.connect(sys.argv[1])
+        s.settimeout(5.0)
         s.sendall(b"GET /v1/status HTTP/1.1\\r\\nHost: rdmad\\r\\nConnection: close\\r\\n\\r\\n")
         answer = b""
         while chunk := s.recv(65536):

@@ -122,12 +122,15 @@ def floods_state(g: Guest, outs: list[str]) -> str:
 # Root's request alone, timed from after the interpreter started: rdmad-ctl's own
 # start-up (a second under TCG) competes with the floods for the guest's two CPUs.
 PROBE = "/run/lab-probe.py"
+# Like rdmad-ctl, it waits for room in a full backlog in the kernel (a blocking connect
+# within SO_SNDTIMEO): with settimeout first, the connect would fail at once with EAGAIN.
 PROBE_SRC = """\
-import socket, sys, time
+import socket, struct, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(5.0)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", 5, 0))
 t0 = time.monotonic()
 s.connect("/run/rdmad/rdmad.sock")
+s.settimeout(5.0)
 s.sendall(b"GET /v1/status HTTP/1.1\\r\\nHost: rdmad\\r\\nConnection: close\\r\\n\\r\\n")
 data = b""
 while chunk := s.recv(65536):
