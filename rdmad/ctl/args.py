@@ -348,7 +348,7 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
         type=seconds,
         default=d(5.0),
         metavar="S",
-        help="seconds to wait for an answer (default 5)",
+        help="seconds to wait for an answer, room in a busy socket's queue included (default 5)",
     )
     p.add_argument(
         "--state-dir",
