@@ -220,6 +220,12 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 
 WAIT_WITHIN = 120.0  # rdmad-ctl wait's default bound, as systemd-networkd-wait-online's
+# An answer's bound: an hour is more than any request takes (one that waits for a pass
+# adds its own --wait to it).
+TIMEOUT_MAX = 3600.0
+# The API's bound on ?wait= of reload and reconcile (rdmad.api.routes, which rdmad-ctl
+# does not import: it loads the standard library only; a test keeps the two equal).
+MUTATION_WAIT_MAX = 600.0
 
 VALUE_OPTIONS = ("--socket", "--timeout", "--state-dir", "--config")
 
@@ -294,10 +300,11 @@ def _arguments(name: str, cmd: argparse.ArgumentParser) -> None:
     elif name in ("reload", "reconcile"):
         cmd.add_argument(
             "--wait",
-            type=seconds,
+            type=mutation_wait,
             default=30.0,
             metavar="S",
-            help="wait up to S seconds for the pass that answers it (0: do not wait; default 30)",
+            help="wait up to S seconds for the pass that answers it (0: do not wait; "
+            f"at most {MUTATION_WAIT_MAX:g}; default 30)",
         )
     elif name == "doctor":
         cmd.add_argument(
@@ -345,7 +352,7 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=seconds,
+        type=timeout_seconds,
         default=d(5.0),
         metavar="S",
         help="seconds to wait for an answer, room in a busy socket's queue included (default 5)",
@@ -373,6 +380,28 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+    return value
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: more than 0 (0 makes the socket non-blocking: every read fails at
+    once, as if rdmad had closed the connection) and at most TIMEOUT_MAX (a socket's
+    timeout has a bound of its own, ~9e9 s, past which Python raises rather than waits).
+    """
+    value = seconds(text)
+    if not 0 < value <= TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {TIMEOUT_MAX:g}: {text!r}"
+        )
+    return value
+
+
+def mutation_wait(text: str) -> float:
+    """``--wait`` of reload and reconcile: at most the API's own bound (MUTATION_WAIT_MAX),
+    said here rather than by the daemon after the request."""
+    value = seconds(text)
+    if value > MUTATION_WAIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {MUTATION_WAIT_MAX:g}: {text!r}")
     return value
 
 

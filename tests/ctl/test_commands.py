@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from rdmad import exits
-from rdmad.ctl import commands, unitstate
+from rdmad.api import routes
+from rdmad.ctl import args, commands, unitstate
 from rdmad.ctl.render.formats import table
 from tests.ctl.conftest import NOW, ApiStub, Reply, Result, ctl, ctl_process, fixture
 
@@ -215,6 +216,14 @@ def test_history_since_forms(api: ApiStub, spec: str, want: float) -> None:
         ["wait", "--within", "soon"],
         ["wait", "--within", "inf"],
         ["status", "--timeout", "soon"],
+        # Past a socket's own bound (~9e9 s) these raised OverflowError with a traceback;
+        # 0 made the socket non-blocking: every request failed at once, blamed on rdmad
+        # ("rdmad closed the connection without answering").
+        ["status", "--timeout", "1e10"],
+        ["status", "--timeout", "3601"],
+        ["status", "--timeout", "0"],
+        ["reload", "--wait", "1e10"],
+        ["reconcile", "--wait", "601"],
         ["frobnicate"],
         [],
     ],
@@ -245,6 +254,19 @@ def test_mutations_wait_for_their_pass(api: ApiStub, what: str) -> None:
     api.json(f"POST /v1/{what}", {**answer, "converged": True})
     assert ctl(what, socket=api.socket).code == exits.OK
     assert ("POST", f"/v1/{what}?wait=30") in api.requests
+
+
+def test_the_largest_timeout_and_wait_are_asked_and_the_wait_is_the_apis_bound(
+    api: ApiStub,
+) -> None:
+    api.fixture("GET /v1/status", "status-converged.json")
+    answer = {"api": 1, "queued": True, "pass": 3, "seconds": 0.004,
+              "summary": "1 object(s), 1 converged", "converged": True}  # fmt: skip
+    api.json("POST /v1/reconcile", answer)
+    assert ctl("status", "--timeout", "3600", socket=api.socket).code == exits.OK
+    assert ctl("reconcile", "--wait", "600", socket=api.socket).code == exits.OK
+    assert api.requests == [("GET", "/v1/status"), ("POST", "/v1/reconcile?wait=600")]
+    assert args.MUTATION_WAIT_MAX == routes.MUTATION_WAIT_MAX
 
 
 def test_reload_of_an_invalid_config_exits_6_with_its_errors(api: ApiStub) -> None:
