@@ -35,7 +35,6 @@ core was never unloaded.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -47,6 +46,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import TextIO
 
+from rdmad.exits import error_doc, print_json
 from rdmad.guard.caller import describe_caller
 from rdmad.guard.decide import FORCE_HINT, Decision, TargetError, decide
 from rdmad.kernel.guardhook import HOOK_FILE, MODPROBE, guarded_modules
@@ -174,6 +174,8 @@ def _verdict(args: argparse.Namespace, sysfs: Sysfs) -> tuple[int, list[Decision
         signal.setitimer(signal.ITIMER_REAL, 0)
     except TargetError as exc:
         _say(f"rdmad-guard: {exc}")
+        if getattr(args, "json", False):  # a script reading stdout gets an answer too
+            print_json(error_doc(EXIT_USAGE, f"rdmad-guard: {exc}"))
         return EXIT_USAGE, []
     except _Deadline:
         why = f"no decision within {deadline:g} s (RDMAD_GUARD_DEADLINE)"
@@ -188,7 +190,7 @@ def _verdict(args: argparse.Namespace, sysfs: Sysfs) -> tuple[int, list[Decision
     if getattr(args, "json", False):
         doc = {"allowed": allowed or forced, "forced": forced and not allowed}
         doc["decisions"] = [d.to_json() for d in decisions]
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     what = _what(args, targets_of(args))
     if not allowed:
         text = "\n".join(d.explain() for d in decisions if not d.allowed)
@@ -337,7 +339,11 @@ def _stack_stopped(sysfs: Sysfs, by: str) -> int:
 
 
 def _failed(args: argparse.Namespace, targets: list[str], why: str, forced: bool) -> int:
+    """No decision (the deadline, an internal error): refused unless forced. With
+    ``--json`` the decision document says so (``undecided``), with no decisions."""
     what = _what(args, targets)
+    if getattr(args, "json", False):
+        print_json({"allowed": forced, "forced": forced, "decisions": [], "undecided": why})
     if forced:
         _journal(syslog.LOG_WARNING, f"FORCED {what}; the guard could not decide: {why}")
         _say(f"rdmad-guard: forced although the guard could not decide: {safe(why)}")

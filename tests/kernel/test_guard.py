@@ -164,6 +164,38 @@ def test_an_internal_error_or_the_deadline_refuses_unless_forced(
     assert "no decision within 0.2 s" in capsys.readouterr().err
 
 
+def test_with_json_every_outcome_is_a_document_on_stdout(
+    node: FakeSysfs, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that asks for --json reads stdout: a bad target and an undecided check
+    printed only to stderr before, and left it nothing to parse."""
+    root = str(node.root)
+    monkeypatch.delenv("RDMAD_GUARD_FORCE", raising=False)
+    assert cli.main(["check", "0000:zz:00.0", "--json"], root=root) == cli.EXIT_USAGE
+    out, err = capsys.readouterr()
+    message = "rdmad-guard: '0000:zz:00.0' is neither a module or driver name nor a PCI address"
+    assert json.loads(out) == {"error": {"code": "usage", "exit": 2, "message": message}}
+    assert message in err
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli, "decide", broken)
+    for argv, allowed, code in [
+        ([], False, cli.EXIT_REFUSED),
+        (["--force"], True, cli.EXIT_ALLOWED),
+    ]:
+        assert cli.main(["check", "igb", "--json", *argv], root=root) == code
+        out, err = capsys.readouterr()
+        assert json.loads(out) == {
+            "allowed": allowed,
+            "forced": allowed,
+            "decisions": [],
+            "undecided": "internal error: RuntimeError: boom",
+        }
+        assert "the guard could not decide" in err
+
+
 def test_hook_allowed_pauses_rdmad_and_refused_does_not(node: FakeSysfs) -> None:
     sysfs = Sysfs(node.root)
     node.write("run/rdmad/.keep", "")
