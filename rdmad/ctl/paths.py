@@ -18,6 +18,7 @@ import os
 
 from rdmad.ctl.client import DEFAULT_SOCKET
 from rdmad.ctl.offline import DEFAULT_STATE_DIR
+from rdmad.pathkeys import path_problem, socket_path_problem
 
 TYPE_CHECKING = False  # typing costs 4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -70,4 +71,16 @@ def _from_config(where: str, warn: Callable[[str], None]) -> dict[str, str]:
             value = table.get(key) if isinstance(table, dict) else None
             if isinstance(value, str) and value:
                 found[arg] = value
+    # The value the files leave, checked as the daemon checks it: one it would refuse
+    # (and run with the default instead) is not used here either.
+    for (section, key), arg in FROM_CONFIG.items():
+        problem = _PROBLEM[arg](found[arg]) if arg in found else None
+        if problem is not None:
+            why = f"[{section}] {key} in the config is invalid ({problem})"
+            warn(f"{why}: using the default, as rdmad does")
+            del found[arg]
     return found
+
+
+# Each key by the rule the daemon checks it with (rdmad.pathkeys).
+_PROBLEM = {"socket": socket_path_problem, "state_dir": path_problem}

@@ -39,8 +39,9 @@ DESCRIPTIONS: dict[str, str] = {
         "changes it is said to have no effect, also after a restart)."
     ),
     "daemon.state_dir": (
-        "Where `state.json` (state and history) and `rxe-claims.json` are kept. Left at "
-        "the default, systemd's `StateDirectory=` is used when the unit sets it."
+        "Where `state.json` (state and history) and `rxe-claims.json` are kept; an "
+        "absolute path. Left at the default, systemd's `StateDirectory=` is used when the "
+        "unit sets it."
     ),
     # [api]
     "[api]": (
@@ -48,7 +49,10 @@ DESCRIPTIONS: dict[str, str] = {
         "once, at start; an invalid config elsewhere does not take it away. A reload that "
         "changes it says that it needs a restart (status note, history, journal)."
     ),
-    "api.socket": "The socket's path; made root:`read_group`, mode 0660, before it listens.",
+    "api.socket": (
+        "The socket's path: absolute, at most 107 bytes (a UNIX socket's limit); made "
+        "root:`read_group`, mode 0660, before it listens."
+    ),
     "api.read_group": (
         "Members may read status, plan, history, config and metrics (root always may). "
         "A group that does not exist leaves the socket root-only. A number is a gid as it "
@@ -66,8 +70,8 @@ DESCRIPTIONS: dict[str, str] = {
         "changes them says so (status note, history, journal)."
     ),
     "metrics.textfile_dir": (
-        "A node_exporter textfile collector directory: `rdmad.prom` is written there "
-        "atomically. Unset: no textfile."
+        "A node_exporter textfile collector directory (an absolute path): `rdmad.prom` is "
+        "written there atomically. Unset: no textfile."
     ),
     "metrics.listen": (
         "`host:port` of a TCP listener that serves `GET /metrics` only. Loopback "

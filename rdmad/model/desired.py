@@ -31,6 +31,7 @@ from rdmad.model.values import (
     parse_duration,
     unicast_mac,
 )
+from rdmad.pathkeys import path_problem, socket_path_problem
 
 # --- desired state (the config schema) ----------------------------------------------
 
@@ -359,13 +360,31 @@ class RdmaSpec(_Spec, frozen=True):
     netns_mode: Literal["shared", "exclusive"] | None = None
 
 
+def _path(value: str) -> str:
+    problem = path_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _socket_path(value: str) -> str:
+    problem = socket_path_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A path the daemon writes or binds: absolute (rdmad.pathkeys says why).
+AbsolutePath = Annotated[str, After(_path)]
+
+
 class DaemonSpec(_Spec, frozen=True):
     drift_interval: Annotated[float, Meta(ge=1.0), Before(parse_duration)] = 300.0
     settle: Annotated[float, Meta(le=10.0), Before(parse_duration)] = 0.15
     startup_timeout: Annotated[float, Meta(gt=0.0), Before(parse_duration)] = 30.0
     log_format: Literal["auto", "json", "logfmt", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    state_dir: str = "/var/lib/rdmad"
+    state_dir: AbsolutePath = "/var/lib/rdmad"
 
 
 # A Unix group name, or a gid by number: in a container the image's /etc/group is not
@@ -376,7 +395,7 @@ _GROUP = r"^([A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,10})$"
 class ApiSpec(_Spec, frozen=True):
     """The local UNIX-socket API (docs/API.md)."""
 
-    socket: str = "/run/rdmad/rdmad.sock"
+    socket: Annotated[str, After(_socket_path)] = "/run/rdmad/rdmad.sock"
     # Members may read status, plan, history, config, metrics (root always may).
     read_group: Annotated[str, Meta(pattern=_GROUP)] = "rdmad"
     # Members may also reload and reconcile; None: root only.
@@ -408,7 +427,7 @@ class MetricsSpec(_Spec, frozen=True):
     """Prometheus metrics: always on the API socket at /metrics; optionally also here."""
 
     # A node_exporter textfile collector directory: rdmad.prom is written there atomically.
-    textfile_dir: str | None = None
+    textfile_dir: AbsolutePath | None = None
     # host:port of a TCP listener ("127.0.0.1:9478"), loopback only; None (the default):
     # no TCP listener.
     listen: Annotated[str, Meta(pattern=_HOST_PORT), After(_loopback_only)] | None = None

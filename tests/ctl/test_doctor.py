@@ -230,6 +230,7 @@ def test_no_tools_in_path_only_stdlib_and_nothing_written(tmp_path: Path) -> Non
         "rdmad.managers",  # other managers' SR-IOV files, read as the daemon reads them
         "rdmad.pfselect",  # which PFs a selector matches, as the daemon decides it
         "rdmad.udevdb",  # whether udevd has processed a PF yet, as the daemon judges it
+        "rdmad.pathkeys",  # what a path in the config must be (rdmad-ctl's config reading)
     )  # fmt: skip
     assert all(m.startswith(allowed) for m in loaded), loaded
     assert _digest(tmp_path) == before

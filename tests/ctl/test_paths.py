@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rdmad import config
 from rdmad.ctl.client import DEFAULT_SOCKET
 from rdmad.ctl.offline import DEFAULT_STATE_DIR
 from rdmad.ctl.paths import DEFAULT_CONFIG, resolve
@@ -60,6 +61,27 @@ def test_flag_then_environment_then_config(tmp_path: Path) -> None:
     assert resolved(where, RDMAD_SOCKET="/run/env.sock")[0].socket == "/run/env.sock"
     assert resolved(where)[0].socket == "/run/conf.sock"
     assert resolved(where, state_dir="/x")[0].state_dir == "/x"
+
+
+def test_a_path_the_daemon_would_refuse_is_not_used_either(tmp_path: Path) -> None:
+    """The daemon runs with the default for a relative or too long path (a config error,
+    key by key); rdmad-ctl must look for it there too, and say why."""
+    long_socket = "/run/" + "s" * 98 + ".sock"  # 108 bytes: one past sun_path
+    where = config_dir(
+        tmp_path,
+        '[api]\nsocket = "/run/a.sock"\n[daemon]\nstate_dir = "/srv/rdmad"\n',
+        **{"10-site.toml": f'[api]\nsocket = "{long_socket}"\n[daemon]\nstate_dir = "srv"\n'},
+    )
+    args, warnings = resolved(where)
+    assert (args.socket, args.state_dir) == (DEFAULT_SOCKET, DEFAULT_STATE_DIR)
+    assert warnings == [
+        f"[api] socket in the config is invalid (a UNIX socket's path holds at most 107 "
+        f"bytes, this one 108: {long_socket!r}): using the default, as rdmad does",
+        "[daemon] state_dir in the config is invalid (must be an absolute path (a relative "
+        "one depends on the working directory), not 'srv'): using the default, as rdmad does",
+    ]
+    assert config.start_settings(where).api.socket == DEFAULT_SOCKET  # the daemon's choice
+    assert config.start_settings(where).daemon.state_dir == DEFAULT_STATE_DIR
 
 
 def test_no_config_keys_means_the_defaults(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from rdmad import config
 from rdmad.config import ConfigInvalid, load
 from rdmad.config.files import MAX_FILE_BYTES, config_files, read_document
 from rdmad.model import DaemonSpec, MetricsSpec
+from rdmad.pathkeys import SUN_PATH_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -679,6 +680,52 @@ def test_api_settings_survive_an_invalid_config(tmp_path: Path) -> None:
     assert spec.socket == "/tmp/x.sock"
     assert spec.read_group == "rdmad"  # the invalid key alone falls back to its default
     assert config.start_settings(tmp_path / "missing").api.socket == "/run/rdmad/rdmad.sock"
+
+
+LONG_SOCKET = "/run/" + "s" * 97 + ".sock"  # 107 bytes: sun_path's limit
+assert len(LONG_SOCKET) == SUN_PATH_MAX
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("daemon.state_dir", "var/lib/rdmad", "must be an absolute path"),
+        ("daemon.state_dir", "", "must be an absolute path"),
+        ("metrics.textfile_dir", "./prom", "must be an absolute path"),
+        ("api.socket", "rdmad.sock", "must be an absolute path"),
+        ("api.socket", LONG_SOCKET + "x", "at most 107 bytes, this one 108"),
+        ("api.socket", "/run/" + "é" * 50 + ".sock", "at most 107 bytes, this one 110"),
+        ("api.socket", "/run/a\\u0000b.sock", "must not hold a NUL byte"),  # a TOML escape
+    ],
+)
+def test_a_path_that_is_relative_or_does_not_fit_is_an_error_and_its_default_is_used(
+    tmp_path: Path, key: str, value: str, words: str
+) -> None:
+    """A relative path hung on the daemon's working directory (/ under systemd); a socket
+    path past sun_path could not be bound, leaving the node without its API."""
+    section, name = key.split(".")
+    write(tmp_path, "rdmad.toml", f'[{section}]\n{name} = "{value}"\n')
+    with pytest.raises(ConfigInvalid) as caught:
+        load(tmp_path)
+    (err,) = caught.value.errors
+    assert err.path == key and words in err.message, err
+    settings = config.start_settings(tmp_path)
+    assert getattr(getattr(settings, section), name) == getattr(
+        getattr(config.start_settings(tmp_path / "missing"), section), name
+    )
+
+
+def test_absolute_paths_and_a_socket_path_of_107_bytes_are_taken(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "rdmad.toml",
+        f'[daemon]\nstate_dir = "/srv/rdmad"\n[api]\nsocket = "{LONG_SOCKET}"\n'
+        '[metrics]\ntextfile_dir = "/var/lib/node_exporter"\n',
+    )
+    desired = load(tmp_path).desired
+    assert desired.daemon.state_dir == "/srv/rdmad"
+    assert desired.api.socket == LONG_SOCKET
+    assert desired.metrics.textfile_dir == "/var/lib/node_exporter"
 
 
 def test_effective_config_names_each_values_file_and_key(tmp_path: Path) -> None:
