@@ -188,9 +188,7 @@ def _verdict(args: argparse.Namespace, sysfs: Sysfs) -> tuple[int, list[Decision
         signal.signal(signal.SIGALRM, previous)
     allowed = all(d.allowed for d in decisions)
     if getattr(args, "json", False):
-        doc = {"allowed": allowed or forced, "forced": forced and not allowed}
-        doc["decisions"] = [d.to_json() for d in decisions]
-        print_json(doc)
+        _print_decision(allowed, forced, decisions)
     what = _what(args, targets_of(args))
     if not allowed:
         text = "\n".join(d.explain() for d in decisions if not d.allowed)
@@ -213,6 +211,19 @@ def _loaded(sysfs: Sysfs, module: str) -> int | None:
     if sysfs.read(f"sys/module/{name}/initstate") is None:
         return None  # not loaded, or built in (no initstate)
     return module_identity(sysfs, name)
+
+
+def _print_decision(allowed: bool, forced: bool, decisions: list[Decision], **more: object) -> None:
+    """``--json``'s decision document: the unload may go ahead when allowed or forced;
+    ``forced`` only where the force was what let it (``more``: ``undecided``)."""
+    print_json(
+        {
+            "allowed": allowed or forced,
+            "forced": forced and not allowed,
+            "decisions": [d.to_json() for d in decisions],
+            **more,
+        }
+    )
 
 
 def targets_of(args: argparse.Namespace) -> list[str]:
@@ -343,7 +354,7 @@ def _failed(args: argparse.Namespace, targets: list[str], why: str, forced: bool
     ``--json`` the decision document says so (``undecided``), with no decisions."""
     what = _what(args, targets)
     if getattr(args, "json", False):
-        print_json({"allowed": forced, "forced": forced, "decisions": [], "undecided": why})
+        _print_decision(False, forced, [], undecided=why)
     if forced:
         _journal(syslog.LOG_WARNING, f"FORCED {what}; the guard could not decide: {why}")
         _say(f"rdmad-guard: forced although the guard could not decide: {safe(why)}")

@@ -15,7 +15,7 @@ the server over the whole run, R of them refused with a 503; N: successful conne
 F: connects that failed or timed out; M: the most held open at once).
 
 A UNIX socket's connect to a full listen backlog fails at once (EAGAIN) rather than
-waiting: ``--backlog-wait S`` retries it for up to S seconds, so that how many
+waiting: ``--backlog-wait S`` has it wait up to S seconds for room, so that how many
 connections a user holds depends on the server's limits, not on how fast it drained
 its backlog at that moment.
 """
@@ -29,6 +29,7 @@ import resource
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 from types import FrameType
@@ -60,19 +61,18 @@ class Flood:
             sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             where = (host.strip("[]"), int(port))
         sock.settimeout(1.0)  # a full backlog: give up on this one, do not hang
-        deadline = time.monotonic() + self.backlog_wait
-        while True:
-            try:
-                sock.connect(where)
-                break
-            except BlockingIOError:
-                # AF_UNIX answers a full backlog with EAGAIN at once, not with a wait as
-                # TCP does: with --backlog-wait, wait for the server to make room.
-                if time.monotonic() < deadline:
-                    time.sleep(0.005)
-                    continue
-            except OSError:
-                pass
+        if self.target == "unix" and self.backlog_wait > 0:
+            # AF_UNIX answers a full backlog with EAGAIN at once on a non-blocking socket
+            # (settimeout makes it one), not with a wait as TCP does. A blocking connect
+            # waits in the kernel up to SO_SNDTIMEO, woken at the server's next accept,
+            # as rdmad-ctl's does.
+            whole = int(self.backlog_wait)
+            usec = int((self.backlog_wait - whole) * 1_000_000)
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", whole, usec))
+        try:
+            sock.connect(where)
+        except OSError:
             self.connect_failed += 1
             sock.close()
             return
